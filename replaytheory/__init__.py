@@ -1,0 +1,29 @@
+"""replaytheory: the theory of experience replay in LLM RL, as numbers you can use.
+
+Implements ``theory.md`` (Arnal et al., ICML 2026): the compute model (section 3), staleness
+noise models and the convergence bound (section 4), the optimal buffer design (section 5) and
+a calculator that turns costs and constraints into a concrete configuration.
+numpy + scipy only.
+"""
+
+from .bound import (BoundConditionError, BoundResult, VarianceTerms, convergence_bound,
+                    step_size_limit, variance_terms)
+from .calculator import Config, design_grid, optimal_config
+from .compute import (compute_ratio, cost_per_update, estimate_mu, expected_replay_ratio,
+                      gamma_table, generation_share, mu_from_costs, paper_gamma_tables)
+from .design import (Design, FiniteLRDesign, finite_lr_design, k_function, objective,
+                     objective_rbn, optimal_design, optimal_replay_ratio, power_law_optimum,
+                     profile_objective)
+from .noise import ConstantNoise, NoiseModel, PowerLawNoise, TabulatedNoise, noise_from_dict
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BoundConditionError", "BoundResult", "Config", "ConstantNoise", "Design",
+    "FiniteLRDesign", "NoiseModel", "PowerLawNoise", "TabulatedNoise", "VarianceTerms",
+    "compute_ratio", "convergence_bound", "cost_per_update", "design_grid", "estimate_mu",
+    "expected_replay_ratio", "finite_lr_design", "gamma_table", "generation_share",
+    "k_function", "mu_from_costs", "noise_from_dict", "objective", "objective_rbn",
+    "optimal_config", "optimal_design", "optimal_replay_ratio", "paper_gamma_tables",
+    "power_law_optimum", "profile_objective", "step_size_limit", "variance_terms",
+]

@@ -1,0 +1,206 @@
+"""Command line: ``replaytheory optimal | design | gamma`` (also ``python -m replaytheory``).
+
+Bad input is reported as one line on stderr with exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from .calculator import optimal_config
+from .compute import PAPER_GAMMA_TABLES, PAPER_SPLITS, gamma_table
+from .design import optimal_design
+from .noise import PowerLawNoise, TabulatedNoise
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own convention)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _noise_args(p):
+    p.add_argument("--rho", type=float, required=True, help="coupling coefficient in [0, 1]")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--alpha", type=float, help="power-law exponent of sigma(s) = (s/tau)^alpha")
+    g.add_argument("--noise-table", metavar="FILE",
+                   help="measured noise: JSON {\"staleness\": [...], \"sigma2\": [...]} or a "
+                        "CSV with columns staleness,sigma2")
+    p.add_argument("--tau", type=float, default=1.0, help="power-law staleness scale (steps)")
+    p.add_argument("--average", choices=("discrete", "continuous"),
+                   help="sigma_bar^2 average (default: the model's own)")
+
+
+def _mu_args(p):
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--mu", type=float, help="generation cost of a batch / cost of one update")
+    g.add_argument("--costs", type=float, nargs=2, metavar=("GEN", "TRAIN"),
+                   help="raw costs: generating one batch of rollouts, one trainer update")
+
+
+def _load_table(path: str) -> TabulatedNoise:
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ValueError(f"noise-table: cannot read {path!r}: {exc.strerror}") from None
+    if path.endswith(".json"):
+        d = json.loads(text)
+        return TabulatedNoise(d["staleness"], d["sigma2"], d.get("counts"))
+    rows = [line.split(",") for line in text.strip().splitlines() if line.strip()]
+    if rows and rows[0][0].strip() == "staleness":
+        rows = rows[1:]
+    try:
+        return TabulatedNoise([float(r[0]) for r in rows], [float(r[1]) for r in rows])
+    except (IndexError, ValueError):
+        raise ValueError(f"noise-table: {path!r} must have two numeric columns "
+                         f"staleness,sigma2") from None
+
+
+def _noise(args):
+    if args.noise_table:
+        return _load_table(args.noise_table)
+    return PowerLawNoise(alpha=args.alpha, tau=args.tau)
+
+
+def _mu(args):
+    if args.mu is not None:
+        return args.mu
+    gen, train = args.costs
+    from .compute import mu_from_costs
+    return mu_from_costs(gen, train)
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return "inf" if math.isinf(x) else f"{x:.4g}"
+    return str(x)
+
+
+def _table(rows) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {_fmt(val)}" for k, val in rows)
+
+
+def _cmd_optimal(args) -> int:
+    batch = args.batch_size[0] if len(args.batch_size) == 1 else tuple(args.batch_size)
+    cfg = optimal_config(mu=_mu(args), rho=args.rho, noise=_noise(args), gpus=args.gpus,
+                         trainers=args.trainers, batch_size=batch, budget=args.budget,
+                         min_steps=args.min_steps, max_buffer_size=args.max_buffer_size,
+                         max_horizon=args.max_horizon, average=args.average)
+    if args.json:
+        print(json.dumps(cfg.to_dict(), indent=2, default=str))
+        return 0
+    rows = [("regime", cfg.regime), ("buffer_size N", cfg.buffer_size),
+            ("batch_size B", cfg.batch_size), ("rollouts_per_step R", cfg.rollouts_per_step),
+            ("workers W", cfg.workers), ("trainers T", cfg.trainers),
+            ("horizon x = N/R (steps)", cfg.horizon), ("replay_ratio y = B/R", cfg.replay_ratio),
+            ("compute_ratio gamma", cfg.compute_ratio), ("variance_ratio", cfg.variance_ratio),
+            ("predicted_saving", cfg.predicted_saving),
+            ("continuous optimum x*", cfg.design.horizon),
+            ("continuous optimum y*", cfg.design.replay_ratio)]
+    if cfg.steps is not None:
+        rows.append(("steps in budget", cfg.steps))
+    print("Recommended replay configuration")
+    print(_table(rows))
+    print()
+    print(cfg.explanation)
+    for note in cfg.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _cmd_design(args) -> int:
+    d = optimal_design(_mu(args), args.rho, _noise(args), average=args.average)
+    if args.json:
+        print(json.dumps(d.to_dict(), indent=2))
+        return 0
+    print("Continuous optimum (theory.md section 5)")
+    print(_table([("regime", d.regime), ("horizon x*", d.horizon), ("replay_ratio y*",
+                  d.replay_ratio), ("J(x*, y*) / J(1, 1)", d.j_ratio),
+                  ("predicted_saving", d.predicted_saving), ("method", d.method),
+                  ("average", d.average)]))
+    for note in d.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _cmd_gamma(args) -> int:
+    if args.mu is None and args.gpus is None:
+        tables = {name: gamma_table(spec["mu"], PAPER_SPLITS, spec["printed"])
+                  for name, spec in PAPER_GAMMA_TABLES.items()}
+    else:
+        if args.mu is None:
+            raise ValueError("--gpus needs --mu")
+        gpus = 8 if args.gpus is None else args.gpus
+        if gpus < 2:
+            raise ValueError(f"gpus must be an integer >= 2, got {gpus}")
+        splits = [(gpus - t, t) for t in range(1, gpus)]
+        tables = {f"mu = {args.mu:g}": gamma_table(args.mu, splits)}
+    if args.json:
+        print(json.dumps({name: [r.__dict__ | {"matches_print": r.matches_print} for r in rows]
+                          for name, rows in tables.items()}, indent=2))
+        return 0
+    for name, rows in tables.items():
+        print(f"{name}: gamma = (1 + W/T) / (1 + mu)")
+        print("   W  T   gamma  printed")
+        for r in rows:
+            flag = "" if r.matches_print in (None, True) else "  <- differs from formula"
+            printed = "" if r.printed is None else f"{r.printed:.2f}"
+            print(f"  {r.workers:2d} {r.trainers:2d}  {r.gamma:6.3f}  {printed:>7}{flag}")
+        print()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for documentation and tests)."""
+    p = _Parser(prog="replaytheory", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    o = sub.add_parser("optimal", help="recommend N, B, R and a worker/trainer split")
+    _mu_args(o)
+    _noise_args(o)
+    o.add_argument("--gpus", type=int, help="GPUs to split into workers and trainers")
+    o.add_argument("--trainers", type=int, help="fix the number of trainers T")
+    o.add_argument("--batch-size", type=int, nargs="+", default=[60], metavar="B",
+                   help="batch size, or MIN MAX to search a range")
+    o.add_argument("--budget", type=float, help="compute budget in trainer updates")
+    o.add_argument("--min-steps", type=int, help="fewest updates the budget must afford")
+    o.add_argument("--max-buffer-size", type=int, help="largest buffer allowed (rollouts)")
+    o.add_argument("--max-horizon", type=float, default=1000.0,
+                   help="largest staleness horizon N/R in steps (default 1000)")
+    o.add_argument("--json", action="store_true", help="print JSON")
+    o.set_defaults(func=_cmd_optimal)
+
+    d = sub.add_parser("design", help="the continuous optimum (x*, y*) of section 5")
+    _mu_args(d)
+    _noise_args(d)
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=_cmd_design)
+
+    g = sub.add_parser("gamma", help="compute ratio table; no arguments: the paper's tables")
+    g.add_argument("--mu", type=float)
+    g.add_argument("--gpus", type=int)
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=_cmd_gamma)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if getattr(args, "batch_size", None) is not None and len(args.batch_size) > 2:
+            raise ValueError("batch-size takes one value or MIN MAX")
+        return args.func(args)
+    except ValueError as exc:
+        print(f"replaytheory: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

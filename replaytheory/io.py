@@ -1,0 +1,53 @@
+"""Atomic file writes: a crash leaves either the old file or the new one, never a torn one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Callable
+
+
+def atomic_write(path: str, write: Callable, binary: bool = False) -> None:
+    """Call ``write(fh)`` on a temporary file beside ``path``, fsync it, then rename it over."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str, obj, indent: int | None = 2) -> None:
+    """Write ``obj`` as JSON atomically (non-finite floats become null)."""
+    text = json.dumps(_finite(obj), indent=indent, default=_default)
+    atomic_write(path, lambda fh: fh.write(text + "\n"))
+
+
+def _finite(obj):
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _default(obj):
+    try:
+        import numpy as np
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
