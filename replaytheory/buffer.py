@@ -1,0 +1,269 @@
+"""Replay-buffer semantics at the index level (theory.md sections 1-2), payload-agnostic.
+
+One implementation of "which rollouts are in the buffer and which are drawn", shared by the
+pipeline simulator (``pipeline_sim``) and the LLM harness (which keeps the token payloads in
+its own store keyed by item id). numpy only.
+
+* FIFO buffer of capacity N: always holds the N most recent rollouts; a batch is drawn
+  uniformly without removing anything. Sampling modes: ``"with_replacement"`` (the theory),
+  ``"without_replacement"`` (within a batch; the paper's pseudo-code) and
+  ``"never_used_first"`` (unused items first, then without replacement).
+* Positive-bias buffer, delta in [0, 1): keep the freshest (1 - delta) N rollouts plus the
+  freshest delta N correct (positive) rollouts not already among them, sample from those.
+* Sharding: ``shards`` = T independent shards of N/T each; each new rollout goes to exactly
+  one shard (round robin unless given) and trainer k samples shard k only.
+* LIFO queue (``lifo=True``), the no-buffer baseline: the freshest unused rollouts are served
+  first and each rollout is used exactly once (removed when drawn).
+
+Every use is recorded with the three axes of section 2: off-policiness (step minus generation
+step), steps-since-last-use (``NEW = -1`` at first use), and per-rollout replay ratio (uses over
+the whole run).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from . import _validate as v
+
+SAMPLING_MODES = ("with_replacement", "without_replacement", "never_used_first")
+NEW = -1  # steps-since-last-use code of a first use
+
+
+class _Shard:
+    """One shard: a FIFO window of recent items plus, with delta > 0, a FIFO of positives."""
+
+    def __init__(self, capacity: int, delta: float):
+        self.n_pos = int(round(delta * capacity))
+        self.n_recent = capacity - self.n_pos
+        self.recent: deque[int] = deque()
+        self.positives: deque[int] = deque()
+
+    def items(self) -> np.ndarray:
+        return np.fromiter([*self.recent, *self.positives], dtype=np.int64,
+                           count=len(self.recent) + len(self.positives))
+
+    def __len__(self) -> int:
+        return len(self.recent) + len(self.positives)
+
+
+class ReplayIndex:
+    """Item ids and their metadata in a replay buffer; draws batches and records every use.
+
+    Args:
+        capacity: N, rollouts held in total (integer >= 1; divisible by ``shards``).
+        sampling: one of ``SAMPLING_MODES`` (ignored with ``lifo``).
+        delta: positive-bias coefficient in [0, 1); 0 is the plain FIFO buffer.
+        shards: number of shards T >= 1 (one per trainer).
+        lifo: the no-buffer baseline queue instead of a replay buffer.
+    """
+
+    def __init__(self, capacity: int, *, sampling: str = "with_replacement",
+                 delta: float = 0.0, shards: int = 1, lifo: bool = False):
+        self.capacity = v.integer("capacity", capacity, 1)
+        self.sampling = v.choice("sampling", sampling, SAMPLING_MODES)
+        self.delta = v.real("delta", delta, 0.0, 1.0, hi_open=True)
+        self.shards = v.integer("shards", shards, 1, self.capacity)
+        if self.capacity % self.shards:
+            raise ValueError(f"capacity must be divisible by shards ({self.shards}), "
+                             f"got {self.capacity}")
+        if lifo and self.delta > 0:
+            raise ValueError("delta must be 0 for the LIFO queue (no replay)")
+        self.lifo = bool(lifo)
+        self._shards = [_Shard(self.capacity // self.shards, self.delta)
+                        for _ in range(self.shards)]
+        self._meta: dict[int, list] = {}  # id -> [generation_step, insert_step, uses, last_use, positive]
+        self._next_shard = 0
+        self._uses: list[np.ndarray] = []  # per sample() call: (id, step, staleness, since_last)
+        self._final_uses: list[int] = []  # use counts of rollouts that left the buffer
+
+    # ---- contents ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._shards)
+
+    def size(self, shard: int = 0) -> int:
+        """Items held by one shard."""
+        return len(self._shards[v.integer("shard", shard, 0, self.shards - 1)])
+
+    def items(self, shard: int | None = None) -> np.ndarray:
+        """Ids currently held (one shard, or all), oldest recent first, then positives."""
+        if shard is None:
+            return np.concatenate([s.items() for s in self._shards])
+        return self._shards[v.integer("shard", shard, 0, self.shards - 1)].items()
+
+    def metadata(self, ids) -> dict[str, np.ndarray]:
+        """generation_step, insert_step, uses, last_use (-1 never) and positive, per id."""
+        rows = np.array([self._meta[int(i)] for i in np.atleast_1d(ids)], dtype=np.int64)
+        rows = rows.reshape(-1, 5)
+        return {"generation_step": rows[:, 0], "insert_step": rows[:, 1], "uses": rows[:, 2],
+                "last_use": rows[:, 3], "positive": rows[:, 4].astype(bool)}
+
+    # ---- producer side -----------------------------------------------------------------
+
+    def add(self, item_ids, generation_step, insert_step, positive=None,
+            shard=None) -> np.ndarray:
+        """Insert rollouts; returns the ids evicted (they leave the buffer for good).
+
+        Args:
+            item_ids: unique integer ids (array). generation_step: policy version that
+                generated each (scalar or array). insert_step: trainer step at insertion.
+            positive: per-item bool (reward > 0), needed when delta > 0.
+            shard: target shard (scalar or array); round robin over shards if None.
+        """
+        ids = np.atleast_1d(np.asarray(item_ids, dtype=np.int64))
+        n = ids.size
+        gen = np.broadcast_to(np.asarray(generation_step, dtype=np.int64), (n,))
+        ins = np.broadcast_to(np.asarray(insert_step, dtype=np.int64), (n,))
+        if positive is None:
+            if self.delta > 0:
+                raise ValueError("positive (reward > 0 per item) is required when delta > 0")
+            pos = np.zeros(n, dtype=bool)
+        else:
+            pos = np.broadcast_to(np.asarray(positive, dtype=bool), (n,))
+        if shard is None:
+            target = (self._next_shard + np.arange(n)) % self.shards
+            self._next_shard = int((self._next_shard + n) % self.shards)
+        else:
+            target = np.broadcast_to(np.asarray(shard, dtype=np.int64), (n,))
+            if np.any((target < 0) | (target >= self.shards)):
+                raise ValueError(f"shard must be in [0, {self.shards - 1}]")
+        evicted = []
+        for i in range(n):
+            key = int(ids[i])
+            if key in self._meta:
+                raise ValueError(f"item id {key} is already in the buffer (ids must be unique)")
+            self._meta[key] = [int(gen[i]), int(ins[i]), 0, NEW, int(pos[i])]
+            sh = self._shards[int(target[i])]
+            sh.recent.append(key)
+            if self.lifo:
+                if len(sh.recent) > sh.n_recent:
+                    evicted.append(sh.recent.popleft())
+                continue
+            if len(sh.recent) > sh.n_recent:
+                old = sh.recent.popleft()
+                if sh.n_pos > 0 and self._meta[old][4]:
+                    sh.positives.append(old)
+                    if len(sh.positives) > sh.n_pos:
+                        evicted.append(sh.positives.popleft())
+                else:
+                    evicted.append(old)
+        for key in evicted:
+            self._final_uses.append(self._meta.pop(key)[2])
+        return np.asarray(evicted, dtype=np.int64)
+
+    # ---- consumer side -----------------------------------------------------------------
+
+    def can_sample(self, batch_size: int, shard: int = 0) -> bool:
+        """Whether ``sample`` can draw a batch now (without replacement needs B items)."""
+        n = self.size(shard)
+        if self.lifo or self.sampling != "with_replacement":
+            return n >= batch_size
+        return n >= 1
+
+    def sample(self, batch_size: int, step: int, rng: np.random.Generator,
+               shard: int = 0) -> np.ndarray:
+        """Draw a batch of ids for trainer step ``step`` and record each use.
+
+        Raises ``ValueError`` if the shard holds too few items (see ``can_sample``).
+        """
+        b = v.integer("batch_size", batch_size, 1)
+        shard = v.integer("shard", shard, 0, self.shards - 1)
+        if not self.can_sample(b, shard):
+            raise ValueError(f"batch_size ({b}) exceeds the items available in shard {shard} "
+                             f"({self.size(shard)})")
+        sh = self._shards[shard]
+        if self.lifo:
+            chosen = np.array([sh.recent.pop() for _ in range(b)], dtype=np.int64)
+        else:
+            pool = sh.items()
+            if self.sampling == "with_replacement":
+                chosen = pool[rng.integers(0, pool.size, b)]
+            elif self.sampling == "without_replacement":
+                chosen = pool[rng.choice(pool.size, b, replace=False)]
+            else:
+                unused = np.array([self._meta[int(i)][2] == 0 for i in pool])
+                fresh, used = pool[unused], pool[~unused]
+                if fresh.size >= b:
+                    chosen = fresh[rng.choice(fresh.size, b, replace=False)]
+                else:
+                    rest = used[rng.choice(used.size, b - fresh.size, replace=False)]
+                    chosen = np.concatenate([rng.permutation(fresh), rest])
+        rec = np.empty((b, 4), dtype=np.int64)
+        for j, key in enumerate(chosen):
+            m = self._meta[int(key)]
+            since = NEW if m[3] == NEW else step - m[3]
+            rec[j] = (key, step, step - m[0], since)
+            m[2] += 1
+            m[3] = step
+        if self.lifo:
+            for key in chosen:
+                self._final_uses.append(self._meta.pop(int(key))[2])
+        self._uses.append(rec)
+        return chosen
+
+    # ---- the three axes ----------------------------------------------------------------
+
+    def use_records(self) -> dict[str, np.ndarray]:
+        """Every recorded use: item_id, step, staleness (off-policiness), since_last_use."""
+        rec = np.concatenate(self._uses) if self._uses else np.zeros((0, 4), dtype=np.int64)
+        return {"item_id": rec[:, 0], "step": rec[:, 1], "staleness": rec[:, 2],
+                "since_last_use": rec[:, 3]}
+
+    def replay_ratios(self, include_live: bool = True) -> np.ndarray:
+        """Uses per rollout: final counts of rollouts that left, plus (if asked) current ones."""
+        live = [m[2] for m in self._meta.values()] if include_live else []
+        return np.asarray(self._final_uses + live, dtype=np.int64)
+
+    def histograms(self, include_live: bool = True) -> dict[str, dict]:
+        """The three histograms of section 2 as {value: count} dicts.
+
+        ``off_policiness`` over uses, ``replay_ratio`` over rollouts (0 = never used),
+        ``steps_since_last_use`` over uses with the key "new" for first uses.
+        """
+        rec = self.use_records()
+
+        def counts(a):
+            vals, cnt = np.unique(a, return_counts=True)
+            return {int(x): int(c) for x, c in zip(vals, cnt)}
+
+        since = counts(rec["since_last_use"])
+        since = {("new" if k == NEW else k): c for k, c in since.items()}
+        return {"off_policiness": counts(rec["staleness"]),
+                "replay_ratio": counts(self.replay_ratios(include_live)),
+                "steps_since_last_use": since}
+
+    def mean_replay_ratio(self, include_live: bool = True) -> float:
+        """Samples consumed / unique rollouts (section 2)."""
+        r = self.replay_ratios(include_live)
+        return float(r.mean()) if r.size else 0.0
+
+    # ---- checkpointing -----------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume, as plain Python/numpy objects."""
+        return {"capacity": self.capacity, "sampling": self.sampling, "delta": self.delta,
+                "shards": self.shards, "lifo": self.lifo, "next_shard": self._next_shard,
+                "recent": [list(s.recent) for s in self._shards],
+                "positives": [list(s.positives) for s in self._shards],
+                "meta": {int(k): list(m) for k, m in self._meta.items()},
+                "uses": self.use_records(), "final_uses": list(self._final_uses)}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "ReplayIndex":
+        """Rebuild a buffer saved with ``state_dict``."""
+        buf = cls(state["capacity"], sampling=state["sampling"], delta=state["delta"],
+                  shards=state["shards"], lifo=state["lifo"])
+        buf._next_shard = int(state["next_shard"])
+        for sh, rec, pos in zip(buf._shards, state["recent"], state["positives"]):
+            sh.recent.extend(int(i) for i in rec)
+            sh.positives.extend(int(i) for i in pos)
+        buf._meta = {int(k): [int(x) for x in m] for k, m in state["meta"].items()}
+        u = state["uses"]
+        if len(u["item_id"]):
+            buf._uses = [np.stack([np.asarray(u[k], dtype=np.int64) for k in
+                                   ("item_id", "step", "staleness", "since_last_use")], 1)]
+        buf._final_uses = [int(x) for x in state["final_uses"]]
+        return buf
