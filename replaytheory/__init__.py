@@ -12,8 +12,8 @@ from .calculator import Config, design_grid, optimal_config
 from .compute import (compute_ratio, cost_per_update, estimate_mu, expected_replay_ratio,
                       gamma_table, generation_share, mu_from_costs, paper_gamma_tables)
 from .design import (Design, FiniteLRDesign, finite_lr_design, k_function, objective,
-                     objective_rbn, optimal_design, optimal_replay_ratio, power_law_optimum,
-                     profile_objective)
+                     objective_rbn, optimal_design, optimal_horizon, optimal_replay_ratio,
+                     power_law_optimum, profile_objective)
 from .noise import ConstantNoise, NoiseModel, PowerLawNoise, TabulatedNoise, noise_from_dict
 
 __version__ = "0.1.0"
@@ -24,6 +24,7 @@ __all__ = [
     "compute_ratio", "convergence_bound", "cost_per_update", "design_grid", "estimate_mu",
     "expected_replay_ratio", "finite_lr_design", "gamma_table", "generation_share",
     "k_function", "mu_from_costs", "noise_from_dict", "objective", "objective_rbn",
-    "optimal_config", "optimal_design", "optimal_replay_ratio", "paper_gamma_tables",
+    "optimal_config", "optimal_design", "optimal_horizon", "optimal_replay_ratio",
+    "paper_gamma_tables",
     "power_law_optimum", "profile_objective", "step_size_limit", "variance_terms",
 ]

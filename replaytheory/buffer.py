@@ -74,7 +74,8 @@ class ReplayIndex:
         self.lifo = bool(lifo)
         self._shards = [_Shard(self.capacity // self.shards, self.delta)
                         for _ in range(self.shards)]
-        self._meta: dict[int, list] = {}  # id -> [generation_step, insert_step, uses, last_use, positive]
+        # id -> [generation_step, insert_step, uses, last_use, positive]
+        self._meta: dict[int, list] = {}
         self._next_shard = 0
         self._uses: list[np.ndarray] = []  # per sample() call: (id, step, staleness, since_last)
         self._final_uses: list[int] = []  # use counts of rollouts that left the buffer

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _validate as v
-from .compute import compute_ratio, mu_from_costs
-from .design import ON_POLICY, REPLAY, Design, objective, optimal_design
+from .compute import mu_from_costs
+from .design import ON_POLICY, REPLAY, Design, objective, optimal_design, optimal_horizon
 from .noise import NoiseModel, PowerLawNoise
 
 
@@ -178,9 +178,17 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
     def steps_for(cost_per_update):
         return None if budget is None else budget / cost_per_update
 
+    horizon_cache: dict[float, float] = {}
+
+    def horizon_at(y):
+        """Best x for this replay ratio (the split or R fixes y), capped by max_horizon."""
+        if y not in horizon_cache:
+            horizon_cache[y] = min(optimal_horizon(y, mu=mu, rho=rho, noise=noise,
+                                                   average=avg, x_max=max_horizon), max_horizon)
+        return horizon_cache[y]
+
     # Each candidate: (J, N, B, R, W, T, cost per update).
     candidates = []
-    x_target = min(design.horizon, max_horizon)
     if gpus is None:
         for b in batches:
             r_target = b / design.replay_ratio if design.replay_ratio > 0 else b
@@ -189,9 +197,7 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
                 n_hi = min(n_cap, max_horizon * r)
                 if n_lo > n_cap:
                     continue
-                for n in _near_ints(x_target * r, n_lo, n_hi) | {n_lo}:
-                    if n > n_hi and n != n_lo:
-                        continue
+                for n in _near_ints(horizon_at(b / r) * r, n_lo, max(n_hi, n_lo)) | {n_lo}:
                     candidates.append((score(n / r, b / r), n, b, float(r), None, None,
                                        1 + mu * r / b))
     else:
@@ -205,12 +211,10 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
                     continue
                 r = b / y
                 n_lo = _round_up(b, step)
-                n_hi = min(n_cap, max_horizon * r)
                 if n_lo > n_cap:
                     continue
-                for n in _near_ints(x_target * r, n_lo, max(n_hi, n_lo), step) | {n_lo}:
-                    if n > n_cap:
-                        continue
+                n_hi = max(min(n_cap, max_horizon * r), n_lo)
+                for n in _near_ints(horizon_at(y) * r, n_lo, n_hi, step) | {n_lo}:
                     candidates.append((score(n / r, y), n, b, r, w, t, 1 + w / t))
     if not candidates:
         raise ValueError("no configuration satisfies the constraints: check that batch_size "

@@ -193,16 +193,37 @@ class Design:
 
 
 def _numeric_optimum(mu, rho, noise, average, x_max=math.inf):
-    """argmin over x <= x_max of the profile: log grid, then Brent, then a first-order polish.
-
-    Returns 0.0 when the infimum is at x -> 0 and inf when the profile keeps falling.
-    """
+    """argmin over x <= x_max of the profile min_y J(x, y) (section 5)."""
     c = 1.0 / math.sqrt(mu)
+    return _minimise_over_horizon(
+        lambda u: _log_sigma_bar2(noise, np.exp(u), average)
+        + 2 * np.log(c + np.sqrt(rho + np.exp(-u))), x_max)
 
+
+def optimal_horizon(replay_ratio: float, *, mu: float, rho: float, noise: NoiseModel,
+                    average: str | None = None, x_max: float = math.inf) -> float:
+    """argmin over x of J(x, y) at a fixed replay ratio y (section 5).
+
+    Used when y is set by something else, e.g. the worker/trainer split (y = mu T / W).
+    Args: replay_ratio y > 0; mu > 0; rho in [0, 1]; noise model; x_max > 0 caps the search.
+    Returns x in steps (0.0 if the infimum is at x -> 0, ``x_max`` if J keeps falling).
+    """
+    y = v.positive("replay_ratio", replay_ratio)
+    v.positive("mu", mu)
+    rho = v.unit_interval("rho", rho)
+    avg = _check_noise(noise).default_average if average is None else average
+    return _minimise_over_horizon(
+        lambda u: _log_sigma_bar2(noise, np.exp(u), avg) + np.log(1 / y + rho + np.exp(-u)),
+        x_max)
+
+
+def _minimise_over_horizon(log_objective, x_max=math.inf):
+    """argmin over x = e^u <= x_max of a log objective: log grid, Brent, first-order polish.
+
+    Returns 0.0 when the infimum is at x -> 0 and ``x_max`` when the objective keeps falling.
+    """
     def log_profile(u):
-        u = np.asarray(u, dtype=float)
-        x = np.exp(u)
-        val = _log_sigma_bar2(noise, x, average) + 2 * np.log(c + np.sqrt(rho + np.exp(-u)))
+        val = log_objective(np.asarray(u, dtype=float))
         return np.where(np.isnan(val), np.inf, val)
 
     grid = _LOG_X_GRID
@@ -216,10 +237,12 @@ def _numeric_optimum(mu, rho, noise, average, x_max=math.inf):
         return float(np.exp(grid[np.flatnonzero(vals == -np.inf)[-1]]))
     if not np.isfinite(vals[i]):
         raise ValueError("the noise model gives no finite objective at any horizon")
-    if i == 0:
-        return 0.0
-    if i == len(grid) - 1:
+    # Ties within rounding at an end of the range mean the profile is flat there (e.g. the
+    # noise stops growing): report the limit rather than an arbitrary far-out grid point.
+    if vals[-1] - vals[i] <= 1e-12:
         return x_max
+    if i == 0 or vals[0] - vals[i] <= 1e-12:
+        return 0.0
     lo, hi = grid[i - 1], grid[i + 1]
     res = optimize.minimize_scalar(lambda u: float(log_profile(u)), bounds=(lo, hi),
                                    method="bounded", options={"xatol": 1e-12})
@@ -495,5 +518,6 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
 
 
 __all__ = ["Design", "FiniteLRDesign", "objective", "objective_rbn", "optimal_replay_ratio",
+           "optimal_horizon",
            "profile_objective", "k_function", "power_law_optimum", "optimal_design",
            "finite_lr_design", "ON_POLICY", "REPLAY"]

@@ -1,0 +1,125 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from replaytheory.buffer import NEW, ReplayIndex
+
+
+def rng():
+    return np.random.default_rng(0)
+
+
+def test_steps_since_last_use_worked_example():
+    # theory.md section 2: used once in batch 3 and three times in batch 5 -> new, 2, 0, 0
+    b = ReplayIndex(4)
+    b.add([7], generation_step=0, insert_step=0)
+    r = rng()
+    b.sample(1, 3, r)
+    b.sample(3, 5, r)
+    rec = b.use_records()
+    assert rec["since_last_use"].tolist() == [NEW, 2, 0, 0]
+    assert rec["staleness"].tolist() == [3, 5, 5, 5]
+    h = b.histograms()
+    assert h["steps_since_last_use"] == {"new": 1, 2: 1, 0: 2}
+    assert h["replay_ratio"] == {4: 1}
+
+
+def test_fifo_keeps_the_n_most_recent():
+    b = ReplayIndex(5)
+    ev = b.add(np.arange(8), 0, 0)
+    assert sorted(b.items().tolist()) == [3, 4, 5, 6, 7]
+    assert ev.tolist() == [0, 1, 2]
+    assert b.replay_ratios(include_live=False).tolist() == [0, 0, 0]
+
+
+def test_positive_bias_example():
+    b = ReplayIndex(8, delta=0.75)
+    pos = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0, 1, 0], bool)
+    b.add(np.arange(20), 0, 0, positive=pos)
+    # freshest (1 - 0.75) * 8 = 2 rollouts, plus the freshest 6 correct ones not among them
+    assert sorted(b.items().tolist()) == [6, 8, 9, 11, 13, 14, 18, 19]
+
+
+def test_sampling_modes():
+    r = rng()
+    b = ReplayIndex(10, sampling="without_replacement")
+    b.add(np.arange(10), 0, 0)
+    batch = b.sample(10, 1, r)
+    assert sorted(batch.tolist()) == list(range(10))
+    b = ReplayIndex(10, sampling="never_used_first")
+    b.add(np.arange(10), 0, 0)
+    first = b.sample(6, 1, r)
+    second = b.sample(6, 2, r)
+    assert set(first) | set(second[:4]) == set(range(10))  # the 4 unused come first
+    with pytest.raises(ValueError, match="batch_size"):
+        ReplayIndex(4, sampling="without_replacement").sample(2, 0, r)
+
+
+def test_sharding_routes_and_samples_per_shard():
+    b = ReplayIndex(8, shards=2)
+    b.add(np.arange(8), 0, 0)
+    assert b.size(0) == b.size(1) == 4
+    assert set(b.items(0)) == {0, 2, 4, 6}
+    drawn = b.sample(20, 1, rng(), shard=1)
+    assert set(drawn.tolist()) <= {1, 3, 5, 7}
+
+
+def test_lifo_serves_freshest_once():
+    b = ReplayIndex(100, lifo=True)
+    b.add([1, 2, 3], 0, 0)
+    b.add([4, 5], 1, 1)
+    assert b.sample(2, 2, rng()).tolist() == [5, 4]
+    assert b.sample(2, 3, rng()).tolist() == [3, 2]
+    assert b.histograms()["steps_since_last_use"] == {"new": 4}
+    assert len(b) == 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(8, 200), r=st.integers(1, 16), bsz=st.integers(1, 32),
+       steps=st.integers(50, 150))
+def test_average_replay_ratio_is_b_over_r(n, r, bsz, steps):
+    b = ReplayIndex(n)
+    g = np.random.default_rng(1)
+    for t in range(steps):
+        b.add(np.arange(t * r, (t + 1) * r), t, t)
+        b.sample(bsz, t, g)
+    # every use of the run over unique rollouts made
+    uses = b.use_records()["item_id"].size
+    assert uses == bsz * steps
+    assert b.mean_replay_ratio() == pytest.approx(bsz / r)
+    # staleness never exceeds the horizon: ceil(N/R) - 1 steps
+    assert b.use_records()["staleness"].max() <= -(-n // r) - 1
+
+
+def test_state_dict_round_trip():
+    b = ReplayIndex(6, delta=0.5)
+    g = np.random.default_rng(3)
+    for t in range(5):
+        b.add(np.arange(3 * t, 3 * t + 3), t, t, positive=np.arange(3) % 2 == 0)
+        b.sample(4, t, g)
+    c = ReplayIndex.from_state_dict(b.state_dict())
+    g1, g2 = np.random.default_rng(9), np.random.default_rng(9)
+    assert b.sample(4, 9, g1).tolist() == c.sample(4, 9, g2).tolist()
+    assert b.histograms() == c.histograms()
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(capacity=0), "capacity"),
+    (dict(capacity=10, sampling="fifo"), "sampling"),
+    (dict(capacity=10, delta=1.0), "delta"),
+    (dict(capacity=10, delta=-0.1), "delta"),
+    (dict(capacity=10, shards=3), "shards"),
+    (dict(capacity=10, lifo=True, delta=0.5), "delta"),
+])
+def test_bad_input(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        ReplayIndex(**kwargs)
+
+
+def test_duplicate_ids_and_missing_positive():
+    b = ReplayIndex(4)
+    b.add([1], 0, 0)
+    with pytest.raises(ValueError, match="already"):
+        b.add([1], 0, 0)
+    with pytest.raises(ValueError, match="positive"):
+        ReplayIndex(4, delta=0.5).add([1], 0, 0)

@@ -1,0 +1,167 @@
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from replaytheory import (PowerLawNoise, TabulatedNoise, compute_ratio, design_grid, objective,
+                          optimal_config)
+
+
+def j_of(cfg, noise):
+    return float(objective(cfg.horizon, cfg.replay_ratio, mu=cfg.mu, rho=cfg.rho, noise=noise))
+
+
+def test_api_example():
+    cfg = optimal_config(mu=6.84, rho=0.1, noise=PowerLawNoise(alpha=0.1), gpus=8,
+                         batch_size=60)
+    assert cfg.workers + cfg.trainers == 8
+    assert cfg.batch_size == 60 and cfg.batch_size % cfg.trainers == 0
+    assert cfg.buffer_size >= cfg.batch_size and cfg.buffer_size % cfg.trainers == 0
+    assert cfg.replay_ratio == pytest.approx(6.84 * cfg.trainers / cfg.workers)
+    assert cfg.rollouts_per_step == pytest.approx(60 / cfg.replay_ratio)
+    assert cfg.horizon == pytest.approx(cfg.buffer_size / cfg.rollouts_per_step)
+    assert cfg.compute_ratio == pytest.approx(compute_ratio(cfg.workers, cfg.trainers, 6.84))
+    assert cfg.predicted_saving == pytest.approx(1 - cfg.compute_ratio * cfg.variance_ratio)
+    assert 0 < cfg.predicted_saving < 1 and cfg.regime == "replay"
+    d = cfg.to_dict()
+    json.dumps(d)
+    for key in ("buffer_size", "batch_size", "rollouts_per_step", "workers", "trainers",
+                "compute_ratio", "predicted_saving", "explanation"):
+        assert key in d
+
+
+@settings(max_examples=40, deadline=None)
+@given(mu=st.floats(0.5, 30), rho=st.floats(0.01, 1), alpha=st.floats(0.01, 0.45),
+       gpus=st.integers(2, 16), batch=st.sampled_from([16, 32, 60, 64, 128]))
+def test_async_config_is_best_over_a_brute_force_search(mu, rho, alpha, gpus, batch):
+    noise = PowerLawNoise(alpha)
+    cfg = optimal_config(mu=mu, rho=rho, noise=noise, gpus=gpus, batch_size=batch)
+    assert cfg.workers + cfg.trainers == gpus
+    if cfg.on_policy:
+        assert cfg.buffer_size == cfg.batch_size and cfg.replay_ratio == 1.0
+        assert cfg.predicted_saving == 0.0 and cfg.compute_ratio == 1.0
+    best = math.inf
+    for t in range(1, gpus):
+        if batch % t:
+            continue
+        y = mu * t / (gpus - t)
+        r = batch / y
+        ns = np.arange(-(-batch // t) * t, int(1000 * r) + t + 1, t)
+        ns = ns[ns / r <= 1000]
+        if ns.size:
+            best = min(best, float(objective(ns / r, y, mu=mu, rho=rho, noise=noise).min()))
+    j_on = float(objective(1.0, 1.0, mu=mu, rho=rho, noise=noise))
+    if not cfg.on_policy:
+        assert j_of(cfg, noise) <= best * (1 + 1e-9)
+        assert j_of(cfg, noise) < j_on
+
+
+def test_sync_config_integers_near_continuous_optimum():
+    cfg = optimal_config(mu=5.28, rho=0.1, alpha=0.2, batch_size=64)
+    assert cfg.workers is None and cfg.trainers is None
+    assert float(cfg.rollouts_per_step).is_integer()
+    assert cfg.horizon == pytest.approx(cfg.design.horizon, rel=0.1)
+    assert cfg.replay_ratio == pytest.approx(cfg.design.replay_ratio, rel=0.1)
+    assert cfg.compute_ratio == pytest.approx((1 + 5.28 / cfg.replay_ratio) / 6.28)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.9])
+def test_on_policy_is_a_first_class_answer(alpha):
+    cfg = optimal_config(mu=6.84, rho=0.1, alpha=alpha, gpus=8, batch_size=60)
+    assert cfg.on_policy and cfg.regime == "on-policy"
+    assert cfg.buffer_size == cfg.batch_size == 60
+    assert cfg.replay_ratio == 1.0 and cfg.horizon == 1.0
+    assert cfg.predicted_saving == 0.0
+    # ideal split without a buffer: W/T closest to mu
+    assert (cfg.workers, cfg.trainers) == (7, 1)
+    assert "Stay on-policy" in cfg.explanation
+
+
+def test_on_policy_regime_of_check_values():
+    cfg = optimal_config(mu=5.28, rho=1.0, alpha=0.2, gpus=8, batch_size=60)
+    assert cfg.on_policy and cfg.design.horizon == pytest.approx(0.921, abs=1e-3)
+
+
+def test_batch_range_and_divisibility():
+    cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.1, gpus=6, batch_size=(50, 70))
+    assert 50 <= cfg.batch_size <= 70 and cfg.batch_size % cfg.trainers == 0
+    assert cfg.buffer_size % cfg.trainers == 0
+
+
+def test_fixed_trainers_and_max_buffer():
+    cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.1, gpus=8, trainers=2, batch_size=60,
+                         max_buffer_size=120)
+    assert (cfg.workers, cfg.trainers) == (6, 2)
+    assert cfg.buffer_size <= 120
+    assert any("max_buffer_size" in n for n in cfg.notes)
+
+
+def test_unbounded_optimum_is_capped():
+    cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.0, batch_size=60, max_horizon=50)
+    assert cfg.horizon <= 50 and any("max_horizon" in n for n in cfg.notes)
+
+
+def test_budget_and_min_steps():
+    cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.1, gpus=8, batch_size=60, budget=1e4,
+                         min_steps=2000)
+    assert cfg.steps >= 2000
+    assert cfg.steps == pytest.approx(1e4 / (1 + cfg.workers / cfg.trainers))
+    with pytest.raises(ValueError, match="min_steps"):
+        optimal_config(mu=6.84, rho=0.1, alpha=0.1, gpus=8, batch_size=60, budget=10,
+                       min_steps=2000)
+
+
+def test_costs_instead_of_mu_and_tabulated_noise():
+    a = optimal_config(generation_cost=13.68, train_cost=2.0, rho=0.1, alpha=0.1, gpus=8)
+    b = optimal_config(mu=6.84, rho=0.1, alpha=0.1, gpus=8)
+    assert a.to_dict() == b.to_dict()
+    table = TabulatedNoise([0, 1, 2, 4, 8], [2.0, 1.0, 1.0, 1.1, 1.2])
+    cfg = optimal_config(mu=6.84, rho=0.1, noise=table, gpus=8)
+    assert any("A3 does not hold" in n for n in cfg.notes)
+
+
+def test_design_grid_shape_and_regimes():
+    g = design_grid(np.geomspace(1, 20, 5), np.array([0.05, 0.2, 0.6]), rho=0.1)
+    assert g["horizon"].shape == (5, 3)
+    assert g["on_policy"][:, 2].all()
+    assert np.all(np.diff(g["replay_ratio"][:, 0]) >= 0)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(mu=0.0), "mu"),
+    (dict(mu=-2.0), "mu"),
+    (dict(mu=float("nan")), "mu"),
+    (dict(rho=1.5), "rho"),
+    (dict(alpha=-0.1), "alpha"),
+    (dict(alpha=float("inf")), "alpha"),
+    (dict(gpus=1), "gpus"),
+    (dict(gpus=7.5), "gpus"),
+    (dict(gpus=8, trainers=8), "trainers"),
+    (dict(gpus=8, trainers=12), "trainers"),
+    (dict(batch_size=60.5), "batch_size"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(batch_size=(70, 50)), "batch_size"),
+    (dict(max_buffer_size=30), "max_buffer_size"),
+    (dict(min_steps=10), "budget"),
+    (dict(budget=-5.0), "budget"),
+    (dict(max_horizon=0.5), "max_horizon"),
+    (dict(generation_cost=1.0, train_cost=1.0), "not both"),
+])
+def test_bad_input(kwargs, name):
+    base = dict(mu=6.84, rho=0.1, alpha=0.1, batch_size=60)
+    base.update(kwargs)
+    if "generation_cost" in kwargs:
+        pass
+    elif "mu" in kwargs and kwargs["mu"] is None:
+        base.pop("mu")
+    with pytest.raises(ValueError, match=name):
+        optimal_config(**base)
+
+
+def test_missing_noise_and_mu():
+    with pytest.raises(ValueError, match="noise"):
+        optimal_config(mu=6.84, rho=0.1)
+    with pytest.raises(ValueError, match="mu"):
+        optimal_config(rho=0.1, alpha=0.1)
