@@ -1,0 +1,234 @@
+"""Resumable sweeps: a grid of training runs, each one a ``llm_experiments run`` process.
+
+``python -m llm_experiments sweep --spec SPEC.yaml --out sweeps/NAME [--workers K]``
+
+The spec (YAML)::
+
+    config: cpu_tiny                  # the base config of every run
+    set: {train.steps: 300}           # overrides shared by every run
+    cells:                            # optional: joint settings, one run group each
+      - {buffer.horizon: 1, buffer.replay_ratio: 1}
+      - {buffer.horizon: 4, buffer.replay_ratio: 2}
+    grid:                             # crossed with every cell (cartesian product)
+      train.lr: [1.0e-4, 2.0e-4]
+      seed: [0, 1, 2, 3, 4]
+
+Every run gets a stable id from its overrides and a folder ``OUT/runs/<id>``. A run is done
+when its ``summary.json`` exists: rerunning the sweep skips it. A folder without a summary is
+an interrupted run and is continued with ``--resume`` (the harness checkpoints). Runs are
+separate processes, so a crash or a kill loses at most the unsaved part of one run. After each
+run the results table ``OUT/results.jsonl`` (and ``results.csv``) is rewritten atomically from
+the finished runs; failures go to ``OUT/failures.jsonl`` and are retried on the next call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from tqdm import tqdm
+
+from replaytheory.io import atomic_write, write_json
+
+DEFAULT_COMMAND = [sys.executable, "-m", "llm_experiments", "run"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a sweep: its id and the ``--set`` overrides that define it."""
+
+    run_id: str
+    overrides: dict
+
+
+def _format_value(value) -> str:
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def run_id(overrides: dict) -> str:
+    """A readable, stable id: short key names and values, plus a hash of the full overrides."""
+    parts = []
+    for key in sorted(overrides):
+        short = key.rsplit(".", 1)[-1]
+        parts.append(f"{short}={_format_value(overrides[key])}")
+    slug = "_".join(parts).replace("/", "-").replace(" ", "")
+    digest = hashlib.sha1(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{slug[:80]}_{digest}" if slug else digest
+
+
+def load_spec(path: str) -> dict:
+    """Read and check a sweep spec; raises ``ValueError`` naming what is wrong."""
+    try:
+        with open(path) as fh:
+            spec = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise ValueError(f"spec: cannot read {path!r}: {exc.strerror}") from None
+    if not isinstance(spec, dict):
+        raise ValueError("spec must be a YAML mapping")
+    allowed = {"config", "set", "cells", "grid", "command", "name"}
+    unknown = set(spec) - allowed
+    if unknown:
+        raise ValueError(f"spec has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+    if not isinstance(spec.get("config"), str):
+        raise ValueError("spec.config must name a config (e.g. cpu_tiny) or a YAML path")
+    for key in ("set", "grid"):
+        if not isinstance(spec.get(key, {}), dict):
+            raise ValueError(f"spec.{key} must be a mapping of config keys")
+    for key, values in spec.get("grid", {}).items():
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"spec.grid.{key} must be a non-empty list of values")
+    cells = spec.get("cells", [{}])
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells) or not cells:
+        raise ValueError("spec.cells must be a non-empty list of mappings")
+    return spec
+
+
+def expand(spec: dict) -> list[RunSpec]:
+    """All runs of a spec, in a fixed order (cells outermost, then the grid)."""
+    grid = spec.get("grid", {})
+    keys = list(grid)
+    runs, seen = [], set()
+    for cell in spec.get("cells", [{}]):
+        for values in itertools.product(*(grid[k] for k in keys)):
+            overrides = {**spec.get("set", {}), **cell, **dict(zip(keys, values))}
+            rid = run_id(overrides)
+            if rid not in seen:
+                seen.add(rid)
+                runs.append(RunSpec(rid, overrides))
+    return runs
+
+
+def _command(spec: dict, run: RunSpec, run_dir: Path) -> list[str]:
+    cmd = list(spec.get("command", DEFAULT_COMMAND))
+    cmd += ["--config", spec["config"], "--out", str(run_dir)]
+    for key, value in run.overrides.items():
+        cmd += ["--set", f"{key}={_format_value(value)}"]
+    if (run_dir / "config.yaml").exists():
+        cmd.append("--resume")
+    return cmd
+
+
+def is_done(run_dir: Path) -> bool:
+    return (run_dir / "summary.json").exists()
+
+
+def _flat_scalars(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, val in d.items():
+        if isinstance(val, dict):
+            continue
+        if isinstance(val, (int, float, str, bool)) or val is None:
+            out[prefix + k] = val
+    return out
+
+
+def collect(out_dir: Path, runs: list[RunSpec]) -> list[dict]:
+    """One row per finished run: id, overrides (``set.<key>``) and scalar summary fields."""
+    rows = []
+    for run in runs:
+        path = out_dir / "runs" / run.run_id / "summary.json"
+        if not path.exists():
+            continue
+        with open(path) as fh:
+            summary = json.load(fh)
+        row = {"run_id": run.run_id}
+        row.update({f"set.{k}": v for k, v in run.overrides.items()})
+        row.update(_flat_scalars(summary))
+        rows.append(row)
+    return rows
+
+
+def write_results(out_dir: Path, rows: list[dict]) -> None:
+    """``results.jsonl`` and ``results.csv`` (all columns, blank where absent), atomically."""
+    atomic_write(str(out_dir / "results.jsonl"),
+                 lambda fh: fh.writelines(json.dumps(r) + "\n" for r in rows))
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(str(out_dir / "results.csv"), lambda fh: fh.write(buf.getvalue()))
+
+
+def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = None,
+              progress: bool = True) -> dict:
+    """Run every unfinished run of ``spec`` into ``out_dir``; returns counts.
+
+    Args:
+        spec: a checked spec (``load_spec``). out_dir: the sweep folder.
+        workers: runs at a time (integer >= 1); each run should use one thread on a small
+            machine. env: extra environment variables for the runs.
+    Returns:
+        {"total", "skipped", "finished", "failed"}.
+    """
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    out = Path(out_dir)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    runs = expand(spec)
+    write_json(str(out / "sweep.json"), {"spec": spec, "runs": [r.__dict__ for r in runs]})
+    todo = [r for r in runs if not is_done(out / "runs" / r.run_id)]
+    counts = {"total": len(runs), "skipped": len(runs) - len(todo), "finished": 0, "failed": 0}
+    run_env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
+    lock = threading.Lock()
+    failures = []
+
+    def one(run: RunSpec):
+        run_dir = out / "runs" / run.run_id
+        cmd = _command(spec, run, run_dir)
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        log_path = out / "logs" / f"{run.run_id}.log"
+        log_path.parent.mkdir(exist_ok=True)
+        with open(log_path, "a") as log:
+            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env)
+        with lock:
+            if rc == 0 and is_done(run_dir):
+                counts["finished"] += 1
+                write_results(out, collect(out, runs))
+            else:
+                counts["failed"] += 1
+                failures.append({"run_id": run.run_id, "returncode": rc, "log": str(log_path),
+                                 "command": cmd})
+            bar.update(1)
+
+    bar = tqdm(total=len(runs), initial=counts["skipped"], desc="sweep", unit="run",
+               disable=not progress)
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(one, todo))
+    finally:
+        bar.close()
+        write_results(out, collect(out, runs))
+        atomic_write(str(out / "failures.jsonl"),
+                     lambda fh: fh.writelines(json.dumps(f) + "\n" for f in failures))
+    return counts
+
+
+def main(argv=None) -> int:
+    """Command line entry: ``sweep --spec SPEC.yaml --out DIR [--workers K]``."""
+    p = argparse.ArgumentParser(prog="llm_experiments sweep", description=__doc__.splitlines()[0])
+    p.add_argument("--spec", required=True, help="sweep spec (YAML)")
+    p.add_argument("--out", required=True, help="sweep folder (created; rerun to continue)")
+    p.add_argument("--workers", type=int, default=1, help="runs at a time (default 1)")
+    args = p.parse_args(argv)
+    try:
+        counts = run_sweep(load_spec(args.spec), args.out, workers=args.workers)
+    except ValueError as exc:
+        print(f"llm_experiments sweep: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"sweep: {counts['total']} runs, {counts['skipped']} already done, "
+          f"{counts['finished']} finished now, {counts['failed']} failed; results in "
+          f"{Path(args.out) / 'results.jsonl'}")
+    return 1 if counts["failed"] else 0

@@ -1,0 +1,97 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llm_experiments.sweep import expand, load_spec, run_id, run_sweep
+
+FAKE = [sys.executable, str(Path(__file__).with_name("fake_run.py"))]
+
+
+def write_spec(tmp_path, **extra):
+    spec = {"config": "cpu_tiny", "command": FAKE, "set": {"train.steps": 4},
+            "cells": [{"buffer.horizon": 1}, {"buffer.horizon": 4}],
+            "grid": {"seed": [0, 1, 2]}, **extra}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_expand_and_ids(tmp_path):
+    runs = expand(load_spec(write_spec(tmp_path)))
+    assert len(runs) == 6
+    assert len({r.run_id for r in runs}) == 6
+    assert runs[0].overrides == {"train.steps": 4, "buffer.horizon": 1, "seed": 0}
+    assert run_id({"a.b": 1, "c": 2}) == run_id({"c": 2, "a.b": 1})
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"config": 3}, "config"),
+    ({"grid": {"seed": []}}, "grid.seed"),
+    ({"cells": "x"}, "cells"),
+    ({"bogus": 1}, "unknown"),
+])
+def test_bad_spec(tmp_path, bad, needle):
+    with pytest.raises(ValueError, match=needle):
+        load_spec(write_spec(tmp_path, **bad))
+
+
+def test_sweep_runs_all_and_skips_finished(tmp_path):
+    spec = load_spec(write_spec(tmp_path))
+    out = tmp_path / "sweep"
+    counts = run_sweep(spec, str(out), workers=2, env={"FAKE_SLEEP": "0"}, progress=False)
+    assert counts == {"total": 6, "skipped": 0, "finished": 6, "failed": 0}
+    rows = [json.loads(line) for line in open(out / "results.jsonl")]
+    assert len(rows) == 6 and {r["set.seed"] for r in rows} == {0, 1, 2}
+    assert (out / "results.csv").read_text().startswith("run_id,")
+    again = run_sweep(spec, str(out), workers=2, progress=False)
+    assert again["skipped"] == 6 and again["finished"] == 0
+
+
+def test_failures_are_recorded_and_retried(tmp_path):
+    spec = load_spec(write_spec(tmp_path, cells=[{"fail": 1}], grid={"seed": [0]}))
+    out = tmp_path / "sweep"
+    counts = run_sweep(spec, str(out), env={"FAKE_SLEEP": "0"}, progress=False)
+    assert counts["failed"] == 1
+    assert json.loads((out / "failures.jsonl").read_text())["returncode"] == 3
+    assert run_sweep(spec, str(out), env={"FAKE_SLEEP": "0"}, progress=False)["failed"] == 1
+
+
+def test_kill_mid_sweep_then_resume_loses_and_redoes_nothing(tmp_path):
+    spec_path = write_spec(tmp_path)
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-c",
+           "import sys; from llm_experiments.sweep import main; sys.exit(main(sys.argv[1:]))",
+           "--spec", str(spec_path), "--out", str(out)]
+    env = {**os.environ, "FAKE_SLEEP": "0.2", "FAKE_STEPS": "4"}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    runs_dir = out / "runs"
+    # wait until at least one run finished and another is part-way through
+    while time.time() < deadline:
+        done = list(runs_dir.glob("*/summary.json")) if runs_dir.exists() else []
+        partial = [p for p in runs_dir.glob("*/metrics.jsonl")
+                   if not (p.parent / "summary.json").exists()] if runs_dir.exists() else []
+        if done and partial and partial[0].read_text().count("\n") >= 1:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished_before = {p.parent.name for p in runs_dir.glob("*/summary.json")}
+    assert finished_before and len(finished_before) < 6
+    counts = run_sweep(load_spec(spec_path), str(out), env={"FAKE_SLEEP": "0"}, progress=False)
+    assert counts["skipped"] == len(finished_before) and counts["failed"] == 0
+    for run_dir in runs_dir.iterdir():
+        steps = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
+        assert steps == [1, 2, 3, 4]  # nothing lost, nothing duplicated
+        invocations = (run_dir / "invocations.txt").read_text().split()
+        if run_dir.name in finished_before:
+            assert invocations == ["fresh"]  # not redone
+    assert len([json.loads(line) for line in open(out / "results.jsonl")]) == 6
