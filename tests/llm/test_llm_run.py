@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, SMALL, small_config
+from llm_helpers import REPO, SMALL, small_config
 from llm_experiments.cli import main
 from llm_experiments.experiment import run_experiment
 from llm_experiments.metrics import REQUIRED_KEYS, SUMMARY_KEYS, TIMING_KEYS, read_jsonl
@@ -172,7 +172,7 @@ def test_cli_errors(tmp_path, capsys):
 @pytest.mark.slow
 def test_cpu_tiny_rl_beats_warm_start(tmp_path):
     """The shipped cpu_tiny config (shortened to 150 steps, no probes) learns."""
-    from conftest import CACHE
+    from llm_helpers import CACHE
     from llm_experiments.config import load_config
     cfg = load_config("cpu_tiny", ["run.steps=150", "probe.every=0", "run.progress=false",
                                    f"run.cache_dir={CACHE}"])

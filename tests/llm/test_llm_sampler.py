@@ -2,31 +2,18 @@ import numpy as np
 import pytest
 import torch
 
-from llm_experiments.config import Config
-from llm_experiments.models import char_tokenizer, tiny_model
+from llm_helpers import recomputed_logprobs, tiny_policy
 from llm_experiments.samplers import WeightUpdate
 from llm_experiments.samplers.hf import HFSampler, inverse_cdf, step_distribution
 
 
 @pytest.fixture(scope="module")
 def policy():
-    torch.set_num_threads(1)
-    cfg = Config()
-    cfg.model.hidden_size, cfg.model.layers, cfg.model.intermediate_size = 32, 2, 64
-    tok = char_tokenizer("0123456789+=")
-    return tiny_model(cfg, len(tok)), tok
+    return tiny_policy(32, 2, 64)
 
 
 def prompts(tok, texts):
     return [tok.encode(t, add_special_tokens=False) for t in texts]
-
-
-def recomputed_logprobs(model, prompt, completion, temperature):
-    ids = torch.tensor([prompt + list(completion)])
-    with torch.no_grad():
-        logp = torch.log_softmax(model(input_ids=ids).logits[0].float() / temperature, -1)
-    pos = torch.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
-    return logp[pos, torch.tensor(completion)].numpy()
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

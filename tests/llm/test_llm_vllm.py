@@ -7,8 +7,7 @@ import torch
 
 pytest.importorskip("vllm")
 
-from llm_experiments.config import Config  # noqa: E402
-from llm_experiments.models import char_tokenizer, tiny_model  # noqa: E402
+from llm_helpers import recomputed_logprobs, tiny_policy  # noqa: E402
 from llm_experiments.samplers import WeightUpdate  # noqa: E402
 from llm_experiments.samplers.hf import HFSampler  # noqa: E402
 from llm_experiments.samplers.vllm import VLLMSampler  # noqa: E402
@@ -18,12 +17,8 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def setup():
-    torch.set_num_threads(1)
-    cfg = Config()
     # vLLM's CPU attention needs head_dim >= 32: hidden 128 over 4 heads
-    cfg.model.hidden_size, cfg.model.layers, cfg.model.intermediate_size = 128, 2, 256
-    tok = char_tokenizer("0123456789+=")
-    model = tiny_model(cfg, len(tok))
+    model, tok = tiny_policy(128, 2, 256)
     # sharpen the random model so that greedy decoding has clear winners
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
@@ -31,14 +26,6 @@ def setup():
     prompts = [tok.encode(f"{a}+{b}=", add_special_tokens=False)
                for a, b in zip(range(10, 42), range(50, 82))]
     return model, tok, vs, prompts
-
-
-def recomputed(model, prompt, completion):
-    ids = torch.tensor([prompt + list(completion)])
-    with torch.no_grad():
-        logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
-    pos = torch.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
-    return logp[pos, torch.tensor(completion)].numpy()
 
 
 def test_greedy_parity_with_hf(setup):
@@ -55,7 +42,7 @@ def test_sampled_logprobs_are_the_policy_logprobs(setup):
     gen = vs.generate(prompts, max_new_tokens=6, temperature=1.0, seed=5)
     for i, p in enumerate(prompts):
         c = gen.completion(i)
-        np.testing.assert_allclose(gen.logprobs[i, :len(c)], recomputed(model, p, c),
+        np.testing.assert_allclose(gen.logprobs[i, :len(c)], recomputed_logprobs(model, p, c),
                                    atol=1e-4)
     again = vs.generate(prompts, max_new_tokens=6, temperature=1.0, seed=5)
     np.testing.assert_array_equal(gen.tokens, again.tokens)
@@ -80,7 +67,7 @@ def test_weight_sync_in_place(setup):
 
 
 def test_training_run_with_vllm_sampler(tmp_path):
-    from conftest import CACHE
+    from llm_helpers import CACHE
     from llm_experiments.config import load_config
     from llm_experiments.experiment import run_experiment
     from llm_experiments.metrics import read_jsonl

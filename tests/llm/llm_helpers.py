@@ -2,11 +2,6 @@
 
 import os
 
-import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CACHE = os.environ.get("LLM_EXPERIMENTS_CACHE") or os.path.join(REPO, ".cache")
 os.environ.setdefault("MPLCONFIGDIR", os.path.join(CACHE, "mpl"))
@@ -25,3 +20,27 @@ SMALL = ["model.hidden_size=32", "model.layers=2", "model.heads=2", "model.kv_he
 def small_config(*overrides):
     from llm_experiments.config import load_config
     return load_config("cpu_tiny", SMALL + list(overrides))
+
+
+def tiny_policy(hidden: int, layers: int, intermediate: int):
+    """A randomly initialised tiny model and the addition char tokenizer (threads = 1)."""
+    import torch
+
+    from llm_experiments.config import Config
+    from llm_experiments.models import char_tokenizer, tiny_model
+    torch.set_num_threads(1)
+    cfg = Config()
+    cfg.model.hidden_size, cfg.model.layers, cfg.model.intermediate_size = \
+        hidden, layers, intermediate
+    tok = char_tokenizer("0123456789+=")
+    return tiny_model(cfg, len(tok)), tok
+
+
+def recomputed_logprobs(model, prompt, completion, temperature=1.0):
+    """Log-probs of ``completion`` after ``prompt`` from one full forward pass."""
+    import torch
+    ids = torch.tensor([list(prompt) + list(completion)])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].float() / temperature, -1)
+    pos = torch.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
+    return logp[pos, torch.tensor(completion)].numpy()
