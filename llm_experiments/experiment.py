@@ -29,7 +29,7 @@ from replaytheory.io import write_json
 from . import checkpoint
 from .buffer import Rollout, RolloutBuffer
 from .config import Config, save_config
-from .losses import (collate, flat_grad, group_advantages, loss_stats, per_sample_grads,
+from .losses import (clipped_mean_grad, collate, flat_grad, group_advantages, loss_stats,
                      policy_loss, token_logprobs)
 from .metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
 from .models import encode_prompt, load_policy, param_count
@@ -177,15 +177,10 @@ class Experiment:
         return stats
 
     def _per_sample_clipped_grad(self, batch) -> None:
-        """Mean of per-rollout gradients, each clipped to norm ``trainer.per_sample_clip``."""
-        c = self.cfg.trainer.per_sample_clip
-        total = None
-        for _, g in per_sample_grads(self.model, batch, self.loss_kwargs,
-                                     self.cfg.sampler.temperature, self.cfg.probe.chunk):
-            scale = (c / g.norm(dim=1).clamp(min=1e-12)).clamp(max=1.0)
-            part = (g * scale[:, None]).sum(0)
-            total = part if total is None else total + part
-        total /= len(batch)
+        """Set .grad to the mean of per-rollout gradients clipped to trainer.per_sample_clip."""
+        total = clipped_mean_grad(self.model, batch, self.loss_kwargs,
+                                  self.cfg.sampler.temperature, self.cfg.trainer.per_sample_clip,
+                                  self.cfg.probe.chunk)
         offset = 0
         for p in self.model.parameters():
             if p.requires_grad:

@@ -185,6 +185,18 @@ def per_sample_grads(model, batch: TokenBatch, loss_kwargs: dict, temperature: f
             yield start, torch.cat([out[n].reshape(len(rows), -1).float() for n in names], 1)
 
 
+def clipped_mean_grad(model, batch: TokenBatch, loss_kwargs: dict, temperature: float,
+                      clip: float, chunk: int = 16) -> torch.Tensor:
+    """Mean over the batch of per-sequence gradients, each first clipped to norm ``clip``
+    (> 0), flattened (float32)."""
+    total = None
+    for _, g in per_sample_grads(model, batch, loss_kwargs, temperature, chunk):
+        scale = (clip / g.norm(dim=1).clamp(min=1e-12)).clamp(max=1.0)
+        part = (g * scale[:, None]).sum(0)
+        total = part if total is None else total + part
+    return total / len(batch)
+
+
 def flat_grad(model) -> torch.Tensor:
     """The model's current .grad fields flattened (zeros where None), float32."""
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()

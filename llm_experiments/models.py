@@ -59,8 +59,9 @@ def tiny_model(cfg: Config, vocab_size: int):
 def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
     """Token ids of a prompt, through the chat template for instruct models."""
     if chat:
-        return list(tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                  add_generation_prompt=True, tokenize=True))
+        # Render to text first: with tokenize=True the return type differs across versions.
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                             add_generation_prompt=True, tokenize=False)
     return tokenizer.encode(text, add_special_tokens=False)
 
 

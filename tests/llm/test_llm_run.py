@@ -179,3 +179,14 @@ def test_cpu_tiny_rl_beats_warm_start(tmp_path):
     s = run_experiment(cfg, str(tmp_path / "tiny"))
     assert s["warm_start_accuracy"] < 0.6
     assert s["best_eval_accuracy"] >= s["warm_start_accuracy"] + 0.15
+
+
+def test_variants_run(tmp_path):
+    """AsymRE, per-sample clipping, positive bias, never-used-first, micro-batches together."""
+    cfg = small_config("run.steps=4", "trainer.loss=asymre", "trainer.per_sample_clip=0.5",
+                       "trainer.micro_batch=5", "buffer.delta=0.5",
+                       "buffer.sampling=never_used_first", "eval.every=100")
+    s = run_experiment(cfg, str(tmp_path / "v"))
+    records = read_jsonl(str(tmp_path / "v" / "metrics.jsonl"))
+    assert s["samples_consumed"] == 4 * 16
+    assert all(np.isfinite(r["loss"]) and r["grad_norm"] >= 0 for r in records[:4])
