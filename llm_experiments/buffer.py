@@ -100,11 +100,13 @@ class RolloutBuffer:
         }
 
     def state_dict(self) -> dict:
+        """Index state and payloads as plain objects (for checkpoints)."""
         return {"index": self.index.state_dict(),
                 "store": [asdict(r) for r in self.store.values()]}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "RolloutBuffer":
+        """Rebuild a buffer saved with ``state_dict``."""
         buf = cls.__new__(cls)
         buf.index = ReplayIndex.from_state_dict(state["index"])
         buf.store = {int(r["item_id"]): Rollout(**r) for r in state["store"]}

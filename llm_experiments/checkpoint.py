@@ -38,6 +38,7 @@ def rng_state(np_rng) -> dict:
 
 
 def restore_rng(state: dict, np_rng) -> None:
+    """Put every random stream back to a state saved by ``rng_state``."""
     np_rng.bit_generator.state = state["numpy"]
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():

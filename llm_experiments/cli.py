@@ -17,6 +17,7 @@ from .config import load_config, read_config
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m llm_experiments``."""
     parser = argparse.ArgumentParser(prog="python -m llm_experiments",
                                      description="LLM RL training with a replay buffer")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run the command line; returns the exit status (0 ok, 2 bad input)."""
     args = build_parser().parse_args(argv)
     try:
         saved = os.path.join(args.out, "config.yaml")

@@ -249,6 +249,7 @@ class ProbeConfig:
 
 @dataclass
 class Config:
+    """A whole run configuration, one dataclass per section."""
     run: RunConfig = field(default_factory=RunConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -260,6 +261,7 @@ class Config:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
 
     def to_dict(self) -> dict:
+        """Nested plain dicts (YAML/JSON serialisable)."""
         return dataclasses.asdict(self)
 
     def section_hash(self, *sections: str) -> str:

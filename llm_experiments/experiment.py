@@ -83,6 +83,7 @@ class Experiment:
     # ---- messages between the parts ---------------------------------------------------------
 
     def encode(self, problem) -> list[int]:
+        """Prompt token ids of a problem (cached per problem id)."""
         ids = self._prompt_ids.get(problem.pid)
         if ids is None:
             ids = encode_prompt(self.tokenizer, problem.prompt, self.cfg.task.chat_template)
@@ -90,6 +91,7 @@ class Experiment:
         return ids
 
     def current_weights(self) -> WeightUpdate:
+        """The trainer's weights as a message, version = current step."""
         return WeightUpdate(self.step, self.model.state_dict())
 
     def sync_sampler(self, version: int) -> None:
@@ -190,6 +192,7 @@ class Experiment:
     # ---- evaluation ---------------------------------------------------------------------------
 
     def evaluate(self) -> dict:
+        """Held-out accuracy and pass@k at the current weights (own seed)."""
         self.sync_sampler(self.step)
         return evaluate(self.sampler, self.tokenizer, self.task, self.eval_prompts, self.cfg,
                         seed=derived_seed(self.cfg.run.seed, self.step, 1))
@@ -197,6 +200,7 @@ class Experiment:
     # ---- checkpoint ---------------------------------------------------------------------------
 
     def state_dict(self, log_position: int) -> dict:
+        """Everything needed to resume after step ``self.step``."""
         return {"step": self.step, "model": self.model.state_dict(),
                 "optimizer": self.opt.state_dict(), "buffer": self.buffer.state_dict(),
                 "weights": self.weights.snapshots, "clock": self.clock.state_dict(),
@@ -207,6 +211,7 @@ class Experiment:
                 "probes": self.prober.state_dict() if self.prober else None}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a state saved by ``state_dict``."""
         self.step = state["step"]
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
@@ -222,9 +227,11 @@ class Experiment:
     # ---- the loop -----------------------------------------------------------------------------
 
     def mu_accounting(self) -> float | None:
+        """The mu used for compute units: schedule.mu_accounting, else the measured one."""
         return self.mu_fixed if self.mu_fixed is not None else self.clock.mu_time()
 
     def counters(self) -> dict:
+        """Running counts, compute units (units of one update C) and mu, for a log record."""
         gen = self.clock.generated
         return {"samples_generated": gen, "samples_consumed": self.consumed,
                 "compute_units": self.clock.compute_units(self.mu_accounting()),
@@ -236,6 +243,7 @@ class Experiment:
                 "probe_seconds": self.prober.seconds if self.prober else 0.0}
 
     def run(self, resume: bool = False) -> dict:
+        """Train to ``run.steps`` (from the last checkpoint if ``resume``); returns the summary."""
         cfg, sc = self.cfg, self.cfg.schedule
         ckpt_dir = os.path.join(self.out, "checkpoint")
         metrics_path = os.path.join(self.out, "metrics.jsonl")
@@ -314,6 +322,7 @@ class Experiment:
         self.weights.keep_only(keep)
 
     def summary_extra(self) -> dict:
+        """Summary fields beyond the metrics: mu, timing per step, probe cost, histograms."""
         c = self.clock
         extra = {k: val for k, val in self.counters().items()
                  if k in ("mu_measured", "mu_flops", "mu_accounting", "compute_units",

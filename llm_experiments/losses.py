@@ -62,6 +62,7 @@ class TokenBatch:
         return self.input_ids.shape[0]
 
     def rows(self, sl: slice) -> "TokenBatch":
+        """The sub-batch of rows ``sl``."""
         return TokenBatch(*(getattr(self, f)[sl] for f in self.__dataclass_fields__))
 
 
@@ -172,7 +173,8 @@ def per_sample_grads(model, batch: TokenBatch, loss_kwargs: dict, temperature: f
     def one(p, ids, index, targets, mask, old, adv):
         row = TokenBatch(ids[None], index[None], targets[None], mask[None], old[None],
                          adv[None])
-        logits = functional_call(model, (p, buffers), args=(), kwargs={"input_ids": row.input_ids}).logits
+        logits = functional_call(model, (p, buffers), args=(),
+                                 kwargs={"input_ids": row.input_ids}).logits
         logp, _ = token_logprobs(logits, row, temperature)
         return policy_loss(logp, row, **loss_kwargs)[0]
 

@@ -102,6 +102,7 @@ class MetricsLog:
                 fh.truncate(offset)
 
     def write(self, record: dict) -> None:
+        """Append one record (non-finite floats become null) and flush it."""
         self.fh.write(json.dumps(_finite(record)) + "\n")
         self.fh.flush()
         if self.tb is not None:
@@ -116,6 +117,7 @@ class MetricsLog:
         return self.fh.tell()
 
     def close(self) -> None:
+        """Close the log (and the TensorBoard writer)."""
         self.fh.close()
         if self.tb is not None:
             self.tb.close()

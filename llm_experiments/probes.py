@@ -79,12 +79,15 @@ class Prober:
         return set(sorted(versions)[-self.cfg.probe.max_snapshots:])
 
     def state_dict(self) -> dict:
+        """Rows measured so far and the probe seconds (for checkpoints)."""
         return {"rows": self.rows, "seconds": self.seconds}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a state saved by ``state_dict``."""
         self.rows, self.seconds = state["rows"], state["seconds"]
 
     def probe_set(self) -> ProbeSet:
+        """The rows so far as a ``replaytheory.probes.ProbeSet`` with the run counts."""
         tables = {}
         for name, cols in SCHEMA.items():
             cols = cols + EXTRA.get(name, ())
@@ -100,6 +103,7 @@ class Prober:
         return ProbeSet(tables, counts)
 
     def save(self) -> None:
+        """Write ``probes.npz`` in the run folder, atomically."""
         self.probe_set().save(os.path.join(self.exp.out, "probes.npz"))
 
     # ---- gradients ----------------------------------------------------------------------------

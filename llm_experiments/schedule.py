@@ -63,11 +63,13 @@ class WeightStore:
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
 
     def publish(self, version: int, model) -> None:
+        """Keep a CPU copy of the model's weights as ``version`` (once per version)."""
         if version not in self.snapshots:
             self.snapshots[version] = {k: t.detach().to("cpu", copy=True)
                                        for k, t in model.state_dict().items()}
 
     def update(self, version: int) -> WeightUpdate:
+        """The snapshot of ``version`` as a message to a sampler."""
         return WeightUpdate(version, self.snapshots[version])
 
     def keep_only(self, versions) -> None:
@@ -111,7 +113,9 @@ class ComputeClock:
         return self.steps + mu * self.generated / self.batch_size
 
     def state_dict(self) -> dict:
+        """The accumulated costs (for checkpoints)."""
         return dict(vars(self))
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore costs saved by ``state_dict``."""
         vars(self).update(state)

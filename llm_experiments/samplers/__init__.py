@@ -37,10 +37,12 @@ class Generation:
     finished: np.ndarray
 
     def completion(self, i: int) -> np.ndarray:
+        """Valid completion ids of row ``i`` (end-of-sequence included if produced)."""
         return self.tokens[i, :self.lengths[i]]
 
 
 class Sampler(Protocol):
+    """What the run needs of a sampler (see the module docstring)."""
     version: int
 
     def load_weights(self, update: WeightUpdate) -> None:

@@ -55,9 +55,11 @@ class HFSampler:
 
     @property
     def device(self) -> torch.device:
+        """Device of the sampler's weights."""
         return next(self.model.parameters()).device
 
     def load_weights(self, update: WeightUpdate) -> None:
+        """See ``Sampler.load_weights``."""
         with torch.no_grad():
             self.model.load_state_dict(update.state)
         self.version = int(update.version)
@@ -71,6 +73,7 @@ class HFSampler:
     @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens: int, temperature: float,
                  top_p: float = 1.0, seed: int = 0, uniforms=None) -> Generation:
+        """See ``Sampler.generate``."""
         n, dev = len(prompts), self.device
         if uniforms is None:
             gen = torch.Generator().manual_seed(int(seed))

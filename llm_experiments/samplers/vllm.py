@@ -49,6 +49,7 @@ class VLLMSampler:
         self.version = -1
 
     def load_weights(self, update: WeightUpdate) -> None:
+        """In-place reload (``reload_weights``) and prefix-cache reset."""
         self.llm.collective_rpc("reload_weights",
                                 kwargs={"weights_iterator": list(update.state.items())})
         self.llm.reset_prefix_cache()
@@ -56,6 +57,7 @@ class VLLMSampler:
 
     def generate(self, prompts, *, max_new_tokens: int, temperature: float,
                  top_p: float = 1.0, seed: int = 0, uniforms=None) -> Generation:
+        """See ``Sampler.generate``; ``uniforms`` is not supported."""
         if uniforms is not None:
             raise ValueError("common random numbers (uniforms) need the HF sampler")
         params = [self._params_cls(n=1, temperature=float(temperature), top_p=float(top_p),

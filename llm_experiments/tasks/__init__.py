@@ -23,6 +23,7 @@ class Problem:
 
 
 class Task(Protocol):
+    """What a run needs of a task."""
     name: str
     eval_problems: list[Problem]
 
@@ -52,9 +53,11 @@ class ListTask:
         self.eval_problems = list(eval_problems)
 
     def sample_train(self, n: int, rng: np.random.Generator) -> list[Problem]:
+        """See ``Task.sample_train`` (uniform over the training list)."""
         return [self.train[i] for i in rng.integers(0, len(self.train), n)]
 
     def alphabet(self) -> str:
+        """See ``Task.alphabet``."""
         chars = {c for p in self.train + self.eval_problems for c in p.prompt + p.answer}
         return "".join(sorted(chars))
 

@@ -33,10 +33,12 @@ class AdditionTask:
         self.eval_problems = [self.problem(int(i)) for i in eval_ids]
 
     def problem(self, pid: int) -> Problem:
+        """The problem of id ``pid`` = a * 10^digits + b."""
         a, b = divmod(pid, self.base)
         return Problem(pid, f"{a}+{b}=", str(a + b)[::-1])
 
     def sample_train(self, n: int, rng: np.random.Generator) -> list[Problem]:
+        """See ``Task.sample_train`` (uniform pairs, held-out ones redrawn)."""
         out: list[Problem] = []
         while len(out) < n:
             ids = rng.integers(0, self.base ** 2, n - len(out))
@@ -44,7 +46,9 @@ class AdditionTask:
         return out
 
     def reward(self, problem: Problem, completion: str) -> float:
+        """1 for the exact least-significant-digit-first answer, else 0."""
         return float(completion.strip() == problem.answer)
 
     def alphabet(self) -> str:
+        """See ``Task.alphabet``."""
         return "0123456789+="

@@ -49,6 +49,7 @@ class MathAnswerTask(ListTask):
 
     @classmethod
     def from_config(cls, cfg) -> "MathAnswerTask":
+        """Load the train and held-out problems of a ``TaskConfig``."""
         def problems(records, offset):
             out = []
             for i, rec in enumerate(records):
@@ -75,6 +76,7 @@ class MathAnswerTask(ListTask):
 
     def reward(self, problem: Problem, completion: str) -> float:
         # math-verify's timeouts use signals, which only work in the main thread.
+        """1 if math-verify finds the completion's answer equal to the reference, else 0."""
         main = threading.current_thread() is threading.main_thread()
         kw = {} if main else {"parsing_timeout": None}
         gold = self._mv.parse(problem.answer, **kw)

@@ -62,5 +62,6 @@ class ReasoningGymTask(ListTask):
         super().__init__(problems("train", 0), problems("eval", len(train)))
 
     def reward(self, problem: Problem, completion: str) -> float:
+        """The generator's own ``score_answer`` in [0, 1]."""
         split, entry = self._entries[problem.pid]
         return float(self._datasets[split].score_answer(completion.strip(), entry) or 0.0)
