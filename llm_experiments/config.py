@@ -62,7 +62,8 @@ class TaskConfig:
     dataset: math task data, a local ``.jsonl`` path or a hub dataset name.
     eval_dataset: held-out data (path or name); "" = hold out ``eval_size`` rows of ``dataset``.
     split, eval_split: hub dataset splits. problem_key, answer_key: record fields.
-    prompt_template: format string with ``{problem}``. chat_template: wrap the prompt with the
+    prompt_template: text in which ``{problem}`` is replaced (other braces are kept, e.g.
+        ``\\boxed{}``). chat_template: wrap the prompt with the
         tokenizer's chat template (instruct models).
     """
 

@@ -58,7 +58,7 @@ class MathAnswerTask(ListTask):
                         raise ValueError(f"dataset record {i} lacks field {key!r} "
                                          f"(task.problem_key / task.answer_key); it has "
                                          f"{sorted(rec)}")
-                text = cfg.prompt_template.format(problem=rec[cfg.problem_key])
+                text = cfg.prompt_template.replace("{problem}", str(rec[cfg.problem_key]))
                 out.append(Problem(offset + i, text, str(rec[cfg.answer_key])))
             return out
 

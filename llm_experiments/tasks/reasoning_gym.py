@@ -55,7 +55,7 @@ class ReasoningGymTask(ListTask):
             for i, entry in enumerate(self._datasets[split]):
                 pid = offset + i
                 self._entries[pid] = (split, entry)
-                text = prompt_template.format(problem=_field(entry, prompt_field))
+                text = prompt_template.replace("{problem}", _field(entry, prompt_field))
                 out.append(Problem(pid, text, str(entry["answer"])))
             return out
 

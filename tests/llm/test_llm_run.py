@@ -191,3 +191,15 @@ def test_variants_run(tmp_path):
     records = read_jsonl(str(tmp_path / "v" / "metrics.jsonl"))
     assert s["samples_consumed"] == 4 * 16
     assert all(np.isfinite(r["loss"]) and r["grad_norm"] >= 0 for r in records[:4])
+
+
+def test_pretrained_model_from_a_local_folder(tmp_path):
+    """model.name = a folder: the pretrained path (AutoModel / AutoTokenizer) end to end."""
+    from llm_helpers import tiny_policy
+    model, tok = tiny_policy(32, 2, 64)
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    cfg = small_config("run.steps=3", f"model.name={tmp_path / 'm'}", "eval.every=100")
+    s = run_experiment(cfg, str(tmp_path / "run"))
+    assert s["samples_consumed"] == 3 * 16 and s["parameters"] == sum(
+        p.numel() for p in model.parameters())

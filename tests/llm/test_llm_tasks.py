@@ -43,10 +43,12 @@ def test_math_task_from_local_jsonl(tmp_path):
     rows = [{"problem": f"What is {i}/4?", "answer": f"\\frac{{{i}}}{{4}}"} for i in range(1, 13)]
     path.write_text("\n".join(json.dumps(r) for r in rows))
     cfg = load_config("cpu_tiny", ["task.name=math", f"task.dataset={path}",
-                                   "task.eval_size=4"])
+                                   "task.eval_size=4",
+                                   "task.prompt_template={problem} Answer in \\boxed{}."])
     task = make_task(cfg.task)
     assert len(task.eval_problems) == 4 and len(task.train) == 8
-    one = next(p for p in task.train + task.eval_problems if p.prompt == "What is 3/4?")
+    one = next(p for p in task.train + task.eval_problems
+               if p.prompt == "What is 3/4? Answer in \\boxed{}.")
     assert task.reward(one, "so the answer is \\boxed{0.75}") == 1.0
     assert task.reward(one, "\\boxed{0.7}") == 0.0
     with pytest.raises(ValueError, match="does not exist"):
