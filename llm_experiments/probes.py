@@ -225,11 +225,17 @@ class Prober:
                 "stale": [step - groups[gid][0].version for gid in chosen],
                 "drift": [self._drift(theta, groups[gid][0].version) for gid in chosen]}
         G = torch.stack(group_eps)
-        self._coupling(step, G, np.array(meta["ins"]), np.arange(len(chosen)), ref_err,
-                       UNIT_GROUP)
+        # One float32 Gram matrix of the sequences (BLAS); the groups' follows from it, since a
+        # group's noise is the mean of its sequences'.
         S = torch.cat(seq_eps)
+        gram_s = (S @ S.T).double().cpu().numpy()
+        seq_group = np.array(seq_group)
+        avg = (seq_group[None, :] == np.array(chosen)[:, None]).astype(float)
+        avg /= avg.sum(1, keepdims=True)
+        self._coupling(step, avg @ gram_s @ avg.T, np.array(meta["ins"]),
+                       np.arange(len(chosen)), ref_err, UNIT_GROUP)
         seq_ins = np.repeat(meta["ins"], [len(groups[gid]) for gid in chosen])
-        self._coupling(step, S, seq_ins, np.array(seq_group), ref_err, UNIT_SEQUENCE)
+        self._coupling(step, gram_s, seq_ins, seq_group, ref_err, UNIT_SEQUENCE)
         for s in sorted(set(meta["stale"])):
             idx = [i for i, st in enumerate(meta["stale"]) if st == s]
             m = G[idx].mean(0)
@@ -241,10 +247,9 @@ class Prober:
                 "method": METHOD_BUFFER, "indep_noise_sq": 0.0})
         return seq_sq
 
-    def _coupling(self, step, eps, insert, group, ref_err, unit) -> None:
-        """Mean pairwise inner products of noise vectors by insertion gap (pairs of distinct
-        groups only)."""
-        gram = (eps.double() @ eps.double().T).cpu().numpy()
+    def _coupling(self, step, gram, insert, group, ref_err, unit) -> None:
+        """Mean pairwise inner products of noise vectors (Gram matrix ``gram``) by insertion
+        gap, over pairs of distinct groups only."""
         sq = np.diag(gram)
         i, j = np.triu_indices(len(insert), 1)
         keep = group[i] != group[j]
