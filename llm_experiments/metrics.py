@@ -21,7 +21,8 @@ SUMMARY_KEYS = ("warm_start_accuracy", "best_eval_accuracy", "final_eval_accurac
                 "compute_to_98pct_best", "mu_measured", "mu_accounting", "samples_generated",
                 "samples_consumed")
 # Fields that depend on the clock: they differ between an interrupted-and-resumed run and an
-# uninterrupted one, everything else is identical.
+# uninterrupted one, everything else is identical (so are compute_units and mu_accounting
+# when schedule.mu_accounting is -1, i.e. taken from the measured, clock-based mu).
 TIMING_KEYS = ("wall_time", "gen_seconds", "train_seconds", "mu_measured", "probe_seconds",
                "eval_seconds")
 EVAL_CHUNK = 256
