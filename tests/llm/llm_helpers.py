@@ -44,3 +44,11 @@ def recomputed_logprobs(model, prompt, completion, temperature=1.0):
         logp = torch.log_softmax(model(input_ids=ids).logits[0].float() / temperature, -1)
     pos = torch.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
     return logp[pos, torch.tensor(completion)].numpy()
+
+
+def run_small(out_dir, *overrides):
+    """Run the small config with ``overrides`` into ``out_dir``: (summary, metrics records)."""
+    from llm_experiments.experiment import run_experiment
+    from llm_experiments.metrics import read_jsonl
+    summary = run_experiment(small_config(*overrides), str(out_dir))
+    return summary, read_jsonl(os.path.join(str(out_dir), "metrics.jsonl"))

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from llm_helpers import REPO, SMALL, small_config
+from llm_helpers import REPO, SMALL, run_small, small_config
 from llm_experiments.cli import main
 from llm_experiments.experiment import run_experiment
 from llm_experiments.metrics import REQUIRED_KEYS, SUMMARY_KEYS, TIMING_KEYS, read_jsonl
@@ -98,11 +98,10 @@ def test_probe_layout_round_trip_and_fit(probed_run):
 
 
 def test_async_emulation(tmp_path):
-    cfg = small_config("run.steps=12", "schedule.mode=async", "schedule.workers=2",
-                       "schedule.trainers=2", "schedule.mu_accounting=2.0",
-                       "schedule.refresh_every=2", "eval.every=100")
-    summary = run_experiment(cfg, str(tmp_path / "a"))
-    records = read_jsonl(str(tmp_path / "a" / "metrics.jsonl"))
+    summary, records = run_small(tmp_path / "a", "run.steps=12", "schedule.mode=async",
+                                 "schedule.workers=2", "schedule.trainers=2",
+                                 "schedule.mu_accounting=2.0", "schedule.refresh_every=2",
+                                 "eval.every=100")
     # B W / (T mu) = 8 rollouts per step = 2 groups; latency round(mu T) = 4 steps
     assert summary["rollouts_per_step"] == 8 and summary["schedule"]["latency"] == 4
     assert summary["samples_generated"] == 12 * 8 and summary["samples_consumed"] == 12 * 16
@@ -184,11 +183,10 @@ def test_cpu_tiny_rl_beats_warm_start(tmp_path):
 
 def test_variants_run(tmp_path):
     """AsymRE, per-sample clipping, positive bias, never-used-first, micro-batches together."""
-    cfg = small_config("run.steps=4", "trainer.loss=asymre", "trainer.per_sample_clip=0.5",
-                       "trainer.micro_batch=5", "buffer.delta=0.5",
-                       "buffer.sampling=never_used_first", "eval.every=100")
-    s = run_experiment(cfg, str(tmp_path / "v"))
-    records = read_jsonl(str(tmp_path / "v" / "metrics.jsonl"))
+    s, records = run_small(tmp_path / "v", "run.steps=4", "trainer.loss=asymre",
+                           "trainer.per_sample_clip=0.5", "trainer.micro_batch=5",
+                           "buffer.delta=0.5", "buffer.sampling=never_used_first",
+                           "eval.every=100")
     assert s["samples_consumed"] == 4 * 16
     assert all(np.isfinite(r["loss"]) and r["grad_norm"] >= 0 for r in records[:4])
 
@@ -199,7 +197,7 @@ def test_pretrained_model_from_a_local_folder(tmp_path):
     model, tok = tiny_policy(32, 2, 64)
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    cfg = small_config("run.steps=3", f"model.name={tmp_path / 'm'}", "eval.every=100")
-    s = run_experiment(cfg, str(tmp_path / "run"))
+    s, _ = run_small(tmp_path / "run", "run.steps=3", f"model.name={tmp_path / 'm'}",
+                     "eval.every=100")
     assert s["samples_consumed"] == 3 * 16 and s["parameters"] == sum(
         p.numel() for p in model.parameters())
