@@ -207,9 +207,15 @@ class ReplayIndex:
 
     # ---- the three axes ----------------------------------------------------------------
 
-    def use_records(self) -> dict[str, np.ndarray]:
-        """Every recorded use: item_id, step, staleness (off-policiness), since_last_use."""
-        rec = np.concatenate(self._uses) if self._uses else np.zeros((0, 4), dtype=np.int64)
+    def use_records(self, last_calls: int | None = None) -> dict[str, np.ndarray]:
+        """Every recorded use: item_id, step, staleness (off-policiness), since_last_use.
+
+        ``last_calls``: only the uses of the last that many ``sample`` calls (a per-step view
+        that does not cost a pass over the whole history); None = all.
+        """
+        parts = self._uses if last_calls is None else \
+            self._uses[max(0, len(self._uses) - v.integer("last_calls", last_calls, 0)):]
+        rec = np.concatenate(parts) if parts else np.zeros((0, 4), dtype=np.int64)
         return {"item_id": rec[:, 0], "step": rec[:, 1], "staleness": rec[:, 2],
                 "since_last_use": rec[:, 3]}
 

@@ -1,0 +1,55 @@
+"""Command line: ``python -m llm_experiments run --config cpu_tiny --out runs/NAME
+[--set section.key=value ...] [--resume]``.
+
+Writes ``runs/NAME/{config.yaml, metrics.jsonl, summary.json, probes.npz, checkpoint/}``.
+Bad input (unknown key, bad value, existing output folder without --resume, missing model or
+dataset) ends with a one-line error and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .config import load_config, read_config
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m llm_experiments``."""
+    parser = argparse.ArgumentParser(prog="python -m llm_experiments",
+                                     description="LLM RL training with a replay buffer")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train one configuration")
+    run.add_argument("--config", default=None,
+                     help="shipped config name (cpu_tiny, qwen3_0p6b_math) or YAML path; "
+                          "default cpu_tiny, or the saved one with --resume")
+    run.add_argument("--out", required=True, help="output folder (must not exist yet)")
+    run.add_argument("--set", dest="overrides", action="append", default=[],
+                     metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the run in --out from its last checkpoint")
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit status (0 ok, 2 bad input)."""
+    args = build_parser().parse_args(argv)
+    try:
+        saved = os.path.join(args.out, "config.yaml")
+        if args.resume and args.config is None and not args.overrides \
+                and os.path.exists(saved):
+            cfg = read_config(saved)
+        else:
+            cfg = load_config(args.config or "cpu_tiny", args.overrides)
+        from .experiment import run_experiment
+        summary = run_experiment(cfg, args.out, resume=args.resume)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    keys = ("warm_start_accuracy", "best_eval_accuracy", "final_eval_accuracy",
+            "compute_to_98pct_best", "mu_measured", "mu_accounting", "samples_generated",
+            "samples_consumed")
+    print(json.dumps({k: summary.get(k) for k in keys}, indent=1))
+    return 0

@@ -1,0 +1,363 @@
+"""One training run: sampler -> buffer -> trainer, with evaluation, probes and checkpoints.
+
+The loop (``Experiment.run``), for each trainer step t:
+
+1. evaluate every ``eval.every`` steps (weights theta_t, own random stream);
+2. produce ``Production.groups_due(t)`` prompt groups with weight version ``version(t)``
+   (more if the buffer cannot yet give a batch), advantages computed once, insert them;
+3. probe the gradient noise every ``probe.every`` steps (own random stream, no side effect);
+4. draw B rollouts, take one optimizer step on the loss, log, checkpoint.
+
+Sampler, buffer and trainer exchange only small messages (``WeightUpdate``, ``Rollout``), so
+they could be moved to separate processes. Every random draw of the training itself comes from
+one numpy generator whose state is checkpointed; evaluation and probes derive their own seeds
+from (run.seed, step), so they never perturb the run, and a resumed run replays it exactly
+(bitwise on CPU; only the clock-based fields in ``metrics.TIMING_KEYS`` differ).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from replaytheory.io import write_json
+
+from . import checkpoint
+from .buffer import Rollout, RolloutBuffer
+from .config import Config, save_config
+from .losses import (clipped_mean_grad, collate, flat_grad, group_advantages, loss_stats,
+                     policy_loss, token_logprobs)
+from .metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
+from .models import encode_prompt, load_policy, param_count
+from .samplers import WeightUpdate, make_sampler
+from .schedule import ComputeClock, Production, WeightStore
+from .tasks import make_task
+
+
+def derived_seed(*parts: int) -> int:
+    """A seed for a side stream (evaluation, probes) that never touches the run's generator."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+
+
+class Experiment:
+    """Everything a run holds. Build with a validated ``Config`` and an output folder."""
+
+    def __init__(self, cfg: Config, out_dir: str):
+        self.cfg, self.out = cfg, out_dir
+        torch.set_num_threads(cfg.run.threads)
+        self.device = torch.device(cfg.run.device)
+        self.task = make_task(cfg.task)
+        self.model, self.tokenizer = load_policy(cfg, self.task)
+        self.sampler = make_sampler(cfg, self.model, self.tokenizer)
+        tr, sc = cfg.trainer, cfg.schedule
+        opt_cls = torch.optim.AdamW if tr.optimizer == "adamw" else torch.optim.Adam
+        self.opt = opt_cls(self.model.parameters(), lr=tr.lr, betas=(tr.beta1, tr.beta2),
+                           weight_decay=tr.weight_decay)
+        if sc.mode == "on_policy":
+            self.buffer = RolloutBuffer(sc.batch_size, lifo=True)
+        else:
+            self.buffer = RolloutBuffer(cfg.buffer.capacity, sampling=cfg.buffer.sampling,
+                                        delta=cfg.buffer.delta, lifo=cfg.buffer.lifo,
+                                        shards=sc.trainers if sc.mode == "async" else 1)
+        self.mu_fixed = sc.mu_accounting if sc.mu_accounting > 0 else None
+        self.production = Production(sc, self.mu_fixed)
+        self.clock = ComputeClock(param_count(self.model), sc.batch_size)
+        self.weights = WeightStore()
+        self.rng = np.random.default_rng(cfg.run.seed)
+        self.step = self.next_item = self.next_group = self.consumed = 0
+        self.elapsed_before = 0.0
+        self._prompt_ids: dict[int, list[int]] = {}
+        self.eval_prompts = [self.encode(p) for p in self.task.eval_problems]
+        self.prober = None
+        if cfg.probe.every:
+            from .probes import Prober
+            self.prober = Prober(cfg, self)
+        self.loss_kwargs = {"loss": tr.loss, "clip_low": tr.clip_low,
+                            "clip_high": tr.clip_high, "is_cap": tr.is_cap,
+                            "max_new_tokens": cfg.sampler.max_new_tokens}
+
+    # ---- messages between the parts ---------------------------------------------------------
+
+    def encode(self, problem) -> list[int]:
+        """Prompt token ids of a problem (cached per problem id)."""
+        ids = self._prompt_ids.get(problem.pid)
+        if ids is None:
+            ids = encode_prompt(self.tokenizer, problem.prompt, self.cfg.task.chat_template)
+            self._prompt_ids[problem.pid] = ids
+        return ids
+
+    def current_weights(self) -> WeightUpdate:
+        """The trainer's weights as a message, version = current step."""
+        return WeightUpdate(self.step, self.model.state_dict())
+
+    def sync_sampler(self, version: int) -> None:
+        """Give the sampler the weights of ``version`` (current, or a published snapshot)."""
+        if self.sampler.version == version:
+            return
+        update = self.current_weights() if version == self.step else \
+            self.weights.update(version)
+        self.sampler.load_weights(update)
+
+    def make_rollouts(self, problems, gen, version: int, first_item: int,
+                      first_group: int) -> list[Rollout]:
+        """Grade completions and compute advantages once, per group of G (section 6)."""
+        g = self.cfg.schedule.group_size
+        texts = [self.tokenizer.decode(gen.completion(i), skip_special_tokens=True)
+                 for i in range(len(gen.lengths))]
+        rewards = np.array([self.task.reward(problems[i // g], t) for i, t in enumerate(texts)])
+        adv = group_advantages(rewards.reshape(-1, g), self.cfg.trainer.loss,
+                               self.cfg.trainer.dv).reshape(-1)
+        out = []
+        for i in range(len(texts)):
+            p = problems[i // g]
+            out.append(Rollout(first_item + i, first_group + i // g, p.pid, version,
+                               np.asarray(self.encode(p), dtype=np.int32),
+                               gen.completion(i).copy(),
+                               gen.logprobs[i, :gen.lengths[i]].copy(), float(rewards[i]),
+                               float(adv[i])))
+        return out
+
+    def produce(self, n_groups: int, version: int) -> list[Rollout]:
+        """Generate ``n_groups`` groups of G rollouts with weight ``version`` (timed)."""
+        if n_groups == 0:
+            return []
+        s, g = self.cfg.sampler, self.cfg.schedule.group_size
+        problems = self.task.sample_train(n_groups, self.rng)
+        prompts = [self.encode(p) for p in problems for _ in range(g)]
+        seed = int(self.rng.integers(2**62))
+        self.sync_sampler(version)
+        t0 = time.perf_counter()
+        gen = self.sampler.generate(prompts, max_new_tokens=s.max_new_tokens,
+                                    temperature=s.temperature, top_p=s.top_p, seed=seed)
+        self.clock.gen_seconds += time.perf_counter() - t0
+        self.clock.gen_tokens += int(sum(len(p) for p in prompts) + gen.lengths.sum())
+        self.clock.generated += len(prompts)
+        out = self.make_rollouts(problems, gen, version, self.next_item, self.next_group)
+        self.next_item += len(prompts)
+        self.next_group += n_groups
+        return out
+
+    # ---- trainer ------------------------------------------------------------------------------
+
+    def train_step(self, rollouts: list[Rollout], keep_grad: bool) -> dict:
+        """One optimizer update on the batch; returns loss statistics (and the raw gradient
+        as ``grad`` when ``keep_grad``, for the minibatch-noise probe)."""
+        tr, temp = self.cfg.trainer, self.cfg.sampler.temperature
+        self.model.train()
+        t0 = time.perf_counter()
+        batch = collate(rollouts, self.tokenizer.pad_token_id, self.device)
+        n = len(batch)
+        self.opt.zero_grad(set_to_none=True)
+        micro = tr.micro_batch or n
+        logps, ents, loss_sum = [], [], 0.0
+        for start in range(0, n, micro):
+            part = batch.rows(slice(start, start + micro))
+            logp, ent = token_logprobs(self.model(input_ids=part.input_ids).logits, part, temp)
+            loss = policy_loss(logp, part, **self.loss_kwargs).sum() / n
+            if not tr.per_sample_clip:
+                loss.backward()
+            loss_sum += float(loss.detach())
+            logps.append(logp.detach())
+            ents.append(ent.detach())
+        if tr.per_sample_clip:
+            self._per_sample_clipped_grad(batch)
+        stats = loss_stats(torch.cat(logps), torch.cat(ents), batch, tr.clip_low, tr.clip_high)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if keep_grad:
+            stats["grad"] = flat_grad(self.model)
+        clip = tr.grad_clip if tr.grad_clip > 0 else float("inf")
+        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        self.opt.step()
+        self.clock.train_seconds += time.perf_counter() - t0
+        self.clock.train_tokens += int(sum(len(r.prompt) + len(r.completion) for r in rollouts))
+        self.clock.steps += 1
+        stats["loss"] = loss_sum
+        return stats
+
+    def _per_sample_clipped_grad(self, batch) -> None:
+        """Set .grad to the mean of per-rollout gradients clipped to trainer.per_sample_clip."""
+        total = clipped_mean_grad(self.model, batch, self.loss_kwargs,
+                                  self.cfg.sampler.temperature, self.cfg.trainer.per_sample_clip,
+                                  self.cfg.probe.chunk)
+        offset = 0
+        for p in self.model.parameters():
+            if p.requires_grad:
+                p.grad = total[offset:offset + p.numel()].view_as(p).to(p.dtype).clone()
+                offset += p.numel()
+
+    # ---- evaluation ---------------------------------------------------------------------------
+
+    def evaluate(self) -> dict:
+        """Held-out accuracy and pass@k at the current weights (own seed)."""
+        self.sync_sampler(self.step)
+        return evaluate(self.sampler, self.tokenizer, self.task, self.eval_prompts, self.cfg,
+                        seed=derived_seed(self.cfg.run.seed, self.step, 1))
+
+    # ---- checkpoint ---------------------------------------------------------------------------
+
+    def state_dict(self, log_position: int) -> dict:
+        """Everything needed to resume after step ``self.step``."""
+        return {"step": self.step, "model": self.model.state_dict(),
+                "optimizer": self.opt.state_dict(), "buffer": self.buffer.state_dict(),
+                "weights": self.weights.snapshots, "clock": self.clock.state_dict(),
+                "counters": {"next_item": self.next_item, "next_group": self.next_group,
+                             "consumed": self.consumed},
+                "rng": checkpoint.rng_state(self.rng), "log_position": log_position,
+                "elapsed": self.elapsed_before + time.perf_counter() - self.t_start,
+                "probes": self.prober.state_dict() if self.prober else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a state saved by ``state_dict``."""
+        self.step = state["step"]
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.buffer = RolloutBuffer.from_state_dict(state["buffer"])
+        self.weights.snapshots = state["weights"]
+        self.clock.load_state_dict(state["clock"])
+        vars(self).update(state["counters"])
+        checkpoint.restore_rng(state["rng"], self.rng)
+        self.elapsed_before = state["elapsed"]
+        if self.prober:
+            self.prober.load_state_dict(state["probes"])
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def mu_accounting(self) -> float | None:
+        """The mu used for compute units: schedule.mu_accounting, else the measured one."""
+        return self.mu_fixed if self.mu_fixed is not None else self.clock.mu_time()
+
+    def counters(self) -> dict:
+        """Running counts, compute units (units of one update C) and mu, for a log record."""
+        gen = self.clock.generated
+        return {"samples_generated": gen, "samples_consumed": self.consumed,
+                "compute_units": self.clock.compute_units(self.mu_accounting()),
+                "wall_time": self.elapsed_before + time.perf_counter() - self.t_start,
+                "replay_ratio_mean": self.consumed / gen if gen else None,
+                "mu_measured": self.clock.mu_time(), "mu_flops": self.clock.mu_flops(),
+                "mu_accounting": self.mu_accounting(),
+                "gen_seconds": self.clock.gen_seconds, "train_seconds": self.clock.train_seconds,
+                "probe_seconds": self.prober.seconds if self.prober else 0.0}
+
+    def run(self, resume: bool = False) -> dict:
+        """Train to ``run.steps`` (from the last checkpoint if ``resume``); returns the summary."""
+        cfg, sc = self.cfg, self.cfg.schedule
+        ckpt_dir = os.path.join(self.out, "checkpoint")
+        metrics_path = os.path.join(self.out, "metrics.jsonl")
+        self.t_start = time.perf_counter()
+        state = checkpoint.load(ckpt_dir) if resume else None
+        if state is not None:
+            self.load_state_dict(state)
+        # Lines written after the checkpoint are replayed identically, so cut them off.
+        MetricsLog.truncate(metrics_path, state["log_position"] if state else 0)
+        log = MetricsLog(metrics_path, os.path.join(self.out, "tensorboard")
+                         if cfg.run.tensorboard else None)
+        bar = tqdm(total=cfg.run.steps, initial=self.step, disable=not cfg.run.progress,
+                   desc="steps", dynamic_ncols=True)
+        last_eval = None
+        while self.step < cfg.run.steps:
+            t = self.step
+            record = dict.fromkeys(REQUIRED_KEYS)
+            record["step"] = t
+            if t % cfg.eval.every == 0:
+                record.update(self.evaluate())
+                last_eval = record["eval_accuracy"]
+            version = self.production.version(t)
+            if sc.mode == "async" and t % self.production.refresh == 0:
+                self.weights.publish(t, self.model)
+            if self.prober:
+                self.weights.publish(t, self.model)
+            new = self.produce(self.production.groups_due(t), version)
+            self.buffer.add(new, insert_step=t)
+            while not self.buffer.can_sample(sc.batch_size):
+                more = self.produce(1, version)
+                new += more
+                self.buffer.add(more, insert_step=t)
+            probing = self.prober is not None and t % cfg.probe.every == 0
+            if probing:
+                self.prober.probe(t)
+            batch = self.buffer.sample(sc.batch_size, t, self.rng)
+            self.consumed += len(batch)
+            stats = self.train_step(batch, keep_grad=probing)
+            if probing:
+                self.prober.add_minibatch(t, stats.pop("grad"))
+            self.step = t + 1
+            self._prune_snapshots()
+            if t % cfg.run.log_every == 0 or record.get("eval_accuracy") is not None:
+                record.update(stats)
+                record.update(self.buffer.step_stats())
+                record["train_reward"] = float(np.mean([r.reward for r in new])) if new else None
+                record["batch_reward"] = float(np.mean([r.reward for r in batch]))
+                record["new_rollouts"] = len(new)
+                record.update(self.counters())
+                log.write(record)
+            bar.update(1)
+            bar.set_postfix(reward=record["train_reward"], acc=last_eval, refresh=False)
+            if self.step % cfg.run.checkpoint_every == 0 or self.step == cfg.run.steps:
+                if self.prober:
+                    self.prober.save()
+                checkpoint.save(ckpt_dir, self.state_dict(log.position()))
+        bar.close()
+        final = dict.fromkeys(REQUIRED_KEYS)
+        final["step"] = self.step
+        final.update(self.evaluate())
+        final.update(self.counters())
+        records = read_jsonl(metrics_path)
+        if not records or records[-1]["step"] != self.step:
+            log.write(final)
+            records.append(final)
+        log.close()
+        summary = summarize(records, self.summary_extra())
+        write_json(os.path.join(self.out, "summary.json"), summary)
+        return summary
+
+    def _prune_snapshots(self) -> None:
+        """Keep the weight versions producers or probes may still ask for."""
+        keep = {v for v in self.weights.snapshots if v >= self.production.version(self.step)}
+        if self.prober:
+            keep |= self.prober.versions_needed(self.step)
+        self.weights.keep_only(keep)
+
+    def summary_extra(self) -> dict:
+        """Summary fields beyond the metrics: mu, timing per step, probe cost, histograms."""
+        c = self.clock
+        extra = {k: val for k, val in self.counters().items()
+                 if k in ("mu_measured", "mu_flops", "mu_accounting", "compute_units",
+                          "wall_time", "probe_seconds")}
+        extra.update({
+            "histograms": self.buffer.index.histograms(),
+            "parameters": c.n_params,
+            "steps": c.steps,
+            "gen_seconds_per_step": c.gen_seconds / max(c.steps, 1),
+            "train_seconds_per_step": c.train_seconds / max(c.steps, 1),
+            "probe_fraction_of_wall_time": (self.prober.seconds / extra["wall_time"])
+            if self.prober and extra["wall_time"] else 0.0,
+            "rollouts_per_step": self.production.rollouts_per_step,
+            "schedule": {"mode": self.cfg.schedule.mode, "latency": self.production.latency,
+                         "refresh_every": self.production.refresh},
+        })
+        return extra
+
+
+def run_experiment(cfg: Config, out_dir: str, resume: bool = False) -> dict:
+    """Run (or resume) one experiment into ``out_dir``; returns the summary.
+
+    ``out_dir`` must not exist unless ``resume`` (then its config.yaml must equal ``cfg``).
+    """
+    from .config import differences, read_config
+    cfg_path = os.path.join(out_dir, "config.yaml")
+    if resume:
+        if os.path.exists(cfg_path):
+            diff = differences(read_config(cfg_path), cfg)
+            if diff:
+                raise ValueError(f"--resume with a config that differs from {cfg_path} in: "
+                                 f"{', '.join(diff)}")
+    elif os.path.exists(out_dir) and os.listdir(out_dir):
+        raise ValueError(f"output folder {out_dir!r} exists and is not empty; pass --resume to "
+                         f"continue it or choose another --out")
+    os.makedirs(out_dir, exist_ok=True)
+    save_config(cfg, cfg_path)
+    return Experiment(cfg, out_dir).run(resume=resume)

@@ -1,0 +1,211 @@
+"""Policy-gradient losses on replayed rollouts (theory.md section 6), and per-sample gradients.
+
+Every loss is a mean over sequences of a per-sequence loss, so the batch gradient is exactly
+the mean of per-sample gradients (what the theory's g_t = mean of B estimates assumes, and
+what the probes measure). Tokens after the first end-of-sequence are masked out.
+
+* ``grpo``: -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) per token, r = pi / pi_behaviour,
+  averaged over the sequence's tokens; no KL term.
+* ``grpo_unclipped``: -r A (plain importance weight).
+* ``grpo_truncated``: -sg(min(r, c)) A log pi (importance weight truncated at c, no gradient
+  through it; equals the unclipped gradient where r < c).
+* ``asymre``: -(reward - (V_hat + dV)) log pi(z | q), V_hat the group mean reward, no ratio;
+  log pi(z | q) is the sum over tokens, divided by the constant ``max_new_tokens`` to keep the
+  learning-rate scale of the other losses without favouring short answers.
+
+The advantage is computed once per rollout at generation (``group_advantages``) and replayed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated", "asymre")
+
+
+def group_advantages(rewards, loss: str = "grpo", dv: float = -0.1) -> np.ndarray:
+    """Advantages of a (groups, G) reward array.
+
+    GRPO family: (r - mean) / std within the group (population std); a group whose rewards are
+    all equal gets 0 (no signal, and no NaN). AsymRE: r - (mean + dv).
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    if r.ndim != 2 or r.shape[1] < 2:
+        raise ValueError(f"rewards must be a (groups, G >= 2) array, got shape {r.shape}")
+    mean = r.mean(axis=1, keepdims=True)
+    if loss == "asymre":
+        return r - (mean + dv)
+    std = r.std(axis=1, keepdims=True)
+    return np.where(std > 0, (r - mean) / np.where(std > 0, std, 1.0), 0.0)
+
+
+@dataclass
+class TokenBatch:
+    """Tensors of a batch of rollouts, prompt at position 0, right-padded.
+
+    input_ids (n, W); index (n, L): position of the logits that predict completion token k;
+    targets, mask (n, L): completion tokens and validity; old_logp (n, L) behaviour
+    log-probs; adv (n,) advantages.
+    """
+
+    input_ids: torch.Tensor
+    index: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+    old_logp: torch.Tensor
+    adv: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def rows(self, sl: slice) -> "TokenBatch":
+        """The sub-batch of rows ``sl``."""
+        return TokenBatch(*(getattr(self, f)[sl] for f in self.__dataclass_fields__))
+
+
+def collate(rollouts, pad_id: int, device="cpu") -> TokenBatch:
+    """Build a ``TokenBatch`` from ``buffer.Rollout`` records."""
+    n = len(rollouts)
+    width = max(len(r.prompt) + len(r.completion) for r in rollouts)
+    length = max(len(r.completion) for r in rollouts)
+    ids = np.full((n, width), pad_id, dtype=np.int64)
+    index = np.zeros((n, length), dtype=np.int64)
+    targets = np.full((n, length), pad_id, dtype=np.int64)
+    mask = np.zeros((n, length), dtype=bool)
+    old = np.zeros((n, length), dtype=np.float32)
+    for i, r in enumerate(rollouts):
+        p, c = len(r.prompt), len(r.completion)
+        ids[i, :p] = r.prompt
+        ids[i, p:p + c] = r.completion
+        index[i] = np.minimum(np.arange(length) + p - 1, width - 2)
+        targets[i, :c] = r.completion
+        mask[i, :c] = True
+        old[i, :c] = r.logprobs
+    adv = np.array([r.advantage for r in rollouts], dtype=np.float32)
+    t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+    return TokenBatch(t(ids), t(index), t(targets), t(mask), t(old), t(adv))
+
+
+def token_logprobs(logits: torch.Tensor, batch: TokenBatch, temperature: float):
+    """(log-probs, entropies), each (n, L), of the completion tokens under softmax(logits/T)."""
+    picked = torch.gather(logits, 1, batch.index[..., None].expand(-1, -1, logits.shape[-1]))
+    logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, batch.targets[..., None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def policy_loss(logp, batch: TokenBatch, *, loss: str = "grpo", clip_low: float = 0.2,
+                clip_high: float = 0.2, is_cap: float = 1.0, max_new_tokens: int = 1):
+    """Per-sequence losses (n,) of the chosen loss (see the module docstring).
+
+    Args: logp (n, L) current log-probs of the completion tokens; batch: its rollouts.
+    """
+    mask = batch.mask.float()
+    adv = batch.adv[:, None]
+    log_ratio = (logp - batch.old_logp) * mask
+    ratio = torch.exp(log_ratio)
+    if loss == "grpo":
+        tok = -torch.minimum(ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv)
+    elif loss == "grpo_unclipped":
+        tok = -ratio * adv
+    elif loss == "grpo_truncated":
+        tok = -ratio.clamp(max=is_cap).detach() * adv * logp
+    elif loss == "asymre":
+        return -(adv * logp * mask).sum(-1) / max_new_tokens
+    else:
+        raise ValueError(f"trainer.loss must be one of {list(LOSSES)}, got {loss!r}")
+    return (tok * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+@torch.no_grad()
+def loss_stats(logp, entropy, batch: TokenBatch, clip_low: float = 0.2,
+               clip_high: float = 0.2) -> dict:
+    """Diagnostics over valid tokens: clip fraction (tokens with A != 0 whose ratio lies beyond
+    the clip range on the side GRPO clips), normalised importance-weight ESS in (0, 1],
+    approximate KL(behaviour || current) (k3 estimator, nats/token), mean entropy (nats)."""
+    m = batch.mask
+    log_ratio = (logp - batch.old_logp)[m].double()
+    w = log_ratio.exp()
+    adv = batch.adv[:, None].expand_as(batch.mask)[m]
+    clipped = ((adv > 0) & (w > 1 + clip_high)) | ((adv < 0) & (w < 1 - clip_low))
+    nonzero = adv != 0
+    return {
+        "clip_fraction": float(clipped[nonzero].float().mean()) if nonzero.any() else 0.0,
+        "is_ess": float(w.sum() ** 2 / (w.numel() * (w ** 2).sum())) if w.numel() else 1.0,
+        "approx_kl": float(((w - 1) - log_ratio).mean()) if w.numel() else 0.0,
+        "entropy": float(entropy[m].mean()) if m.any() else 0.0,
+    }
+
+
+class eager_attention:
+    """Context manager: switch a transformers model to eager attention (vmap-able), then back."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.before = self.model.config._attn_implementation
+        if self.before != "eager":
+            self.model.set_attn_implementation("eager")
+        return self.model
+
+    def __exit__(self, *exc):
+        if self.before != "eager":
+            self.model.set_attn_implementation(self.before)
+
+
+def per_sample_grads(model, batch: TokenBatch, loss_kwargs: dict, temperature: float,
+                     chunk: int = 16, params: dict | None = None):
+    """Yield (start, grads) with grads a (c, P) float32 matrix of flattened per-sequence
+    gradients of ``policy_loss`` for rows start..start+c of the batch (torch.func; eager
+    attention). ``params``: parameters to differentiate at (default: the model's own);
+    the model's weights and .grad fields are not modified."""
+    from torch.func import functional_call, grad, vmap
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    if params is None:
+        params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+    buffers = dict(model.named_buffers())
+
+    def one(p, ids, index, targets, mask, old, adv):
+        row = TokenBatch(ids[None], index[None], targets[None], mask[None], old[None],
+                         adv[None])
+        logits = functional_call(model, (p, buffers), args=(),
+                                 kwargs={"input_ids": row.input_ids}).logits
+        logp, _ = token_logprobs(logits, row, temperature)
+        return policy_loss(logp, row, **loss_kwargs)[0]
+
+    g = vmap(grad(one), in_dims=(None, 0, 0, 0, 0, 0, 0))
+    with eager_attention(model):
+        for start in range(0, len(batch), chunk):
+            rows = batch.rows(slice(start, start + chunk))
+            out = g(params, rows.input_ids, rows.index, rows.targets, rows.mask, rows.old_logp,
+                    rows.adv)
+            yield start, torch.cat([out[n].reshape(len(rows), -1).float() for n in names], 1)
+
+
+def clipped_mean_grad(model, batch: TokenBatch, loss_kwargs: dict, temperature: float,
+                      clip: float, chunk: int = 16) -> torch.Tensor:
+    """Mean over the batch of per-sequence gradients, each first clipped to norm ``clip``
+    (> 0), flattened (float32)."""
+    total = None
+    for _, g in per_sample_grads(model, batch, loss_kwargs, temperature, chunk):
+        scale = (clip / g.norm(dim=1).clamp(min=1e-12)).clamp(max=1.0)
+        part = (g * scale[:, None]).sum(0)
+        total = part if total is None else total + part
+    return total / len(batch)
+
+
+def flat_grad(model) -> torch.Tensor:
+    """The model's current .grad fields flattened (zeros where None), float32."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
+                      for p in model.parameters() if p.requires_grad])
+
+
+def flat_params(model) -> torch.Tensor:
+    """The model's trainable parameters flattened, detached, float32 (a copy)."""
+    return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()
+                      if p.requires_grad])

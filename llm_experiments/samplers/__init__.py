@@ -1,0 +1,69 @@
+"""Samplers: one interface, exact behaviour log-probabilities.
+
+A sampler turns prompts (token ids) into completions and returns, for every sampled token, the
+log-probability of that token under exactly the distribution it was drawn from (temperature and
+nucleus truncation included; no other logits processor). It holds its own copy of the weights,
+refreshed by ``WeightUpdate`` messages, so that it could live in another process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass
+class WeightUpdate:
+    """Message trainer -> sampler: the policy version (trainer step) and its weights."""
+
+    version: int
+    state: dict = field(repr=False)
+
+
+@dataclass
+class Generation:
+    """Message sampler -> buffer: a batch of completions.
+
+    tokens: (n, L) int32 completion ids, padded after the end; logprobs: (n, L) float32
+    behaviour log-probs of those tokens (0 on padding); lengths: (n,) valid tokens, the first
+    end-of-sequence included; finished: (n,) whether an end-of-sequence was produced.
+    """
+
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    lengths: np.ndarray
+    finished: np.ndarray
+
+    def completion(self, i: int) -> np.ndarray:
+        """Valid completion ids of row ``i`` (end-of-sequence included if produced)."""
+        return self.tokens[i, :self.lengths[i]]
+
+
+class Sampler(Protocol):
+    """What the run needs of a sampler (see the module docstring)."""
+    version: int
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        """Replace the sampler's weights by ``update.state`` (in place)."""
+
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
+                 top_p: float = 1.0, seed: int = 0, uniforms=None) -> Generation:
+        """Sample one completion per prompt. ``temperature`` 0 means greedy.
+
+        seed: randomness of this call (reproducible). uniforms: optional (n, max_new_tokens)
+        array in [0, 1) used by inverse-CDF sampling instead of fresh draws (common random
+        numbers across weight versions; HF sampler only).
+        """
+
+
+def make_sampler(cfg, model, tokenizer) -> Sampler:
+    """The sampler of ``cfg.sampler.backend`` for a copy of ``model``."""
+    if cfg.sampler.backend == "vllm":
+        from .vllm import VLLMSampler
+        return VLLMSampler(model, tokenizer, max_model_len=cfg.model.max_len
+                           if cfg.model.name == "tiny" else None,
+                           kv_cache_gb=cfg.sampler.vllm_kv_cache_gb, seed=cfg.run.seed)
+    from .hf import HFSampler
+    return HFSampler(model, tokenizer.eos_token_id, tokenizer.pad_token_id)

@@ -1,0 +1,121 @@
+"""Who produces how many rollouts, with which weights, and what it costs (theory.md s1-4).
+
+* ``Production``: before trainer step t, generate ``groups_due(t)`` prompt groups with weight
+  version ``version(t)``. The fractional rate is exact on average: after t steps exactly
+  floor(t * rate) groups were due, so a replay ratio of 1.4 alternates counts.
+    - on_policy: R = B rollouts per step, current weights (LIFO queue, each used once).
+    - sync: R = B / y rollouts per step, current weights (the theory's synchronous model).
+    - async: R = B W / (T mu) rollouts per step (W workers each making a batch of B in mu C
+      while T trainers make one update in C / T; section 3), with the weights the workers
+      hold: published every k steps and ``latency`` steps old (a worker needs mu T trainer
+      steps to finish a batch). Deterministic: no timing enters.
+* ``WeightStore``: published weight snapshots (CPU copies) by version.
+* ``ComputeClock``: seconds, tokens and FLOPs of generation and training; the measured mu
+  (time and FLOPs) and compute in units of one trainer update, steps + mu * generated / B.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from replaytheory.compute import mu_from_costs
+
+from .samplers import WeightUpdate
+
+
+class Production:
+    """The production side of a run (see the module docstring). ``mu``: accounting mu."""
+
+    def __init__(self, cfg_schedule, mu: float | None = None):
+        sc = cfg_schedule
+        self.mode, self.group_size = sc.mode, sc.group_size
+        if sc.mode == "on_policy":
+            rollouts = float(sc.batch_size)
+        elif sc.mode == "sync":
+            rollouts = sc.batch_size / sc.replay_ratio
+        else:
+            rollouts = sc.batch_size * sc.workers / (sc.trainers * mu)
+        self.rollouts_per_step = rollouts
+        self.groups_per_step = rollouts / sc.group_size
+        if sc.mode == "async":
+            self.refresh = sc.refresh_every
+            self.latency = sc.latency_steps if sc.latency_steps >= 0 else \
+                int(round(mu * sc.trainers))
+        else:
+            self.refresh, self.latency = 1, 0
+
+    def groups_due(self, step: int) -> int:
+        """Prompt groups to generate before trainer step ``step`` (>= 0)."""
+        return math.floor((step + 1) * self.groups_per_step + 1e-9) - \
+            math.floor(step * self.groups_per_step + 1e-9)
+
+    def version(self, step: int) -> int:
+        """Weight version (a trainer step) the producers use before step ``step``."""
+        return max(0, step - self.latency) // self.refresh * self.refresh
+
+
+class WeightStore:
+    """Published weight snapshots, CPU copies keyed by version (trainer step)."""
+
+    def __init__(self):
+        self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
+
+    def publish(self, version: int, model) -> None:
+        """Keep a CPU copy of the model's weights as ``version`` (once per version)."""
+        if version not in self.snapshots:
+            self.snapshots[version] = {k: t.detach().to("cpu", copy=True)
+                                       for k, t in model.state_dict().items()}
+
+    def update(self, version: int) -> WeightUpdate:
+        """The snapshot of ``version`` as a message to a sampler."""
+        return WeightUpdate(version, self.snapshots[version])
+
+    def keep_only(self, versions) -> None:
+        """Drop every snapshot whose version is not in ``versions``."""
+        keep = set(versions)
+        for key in [k for k in self.snapshots if k not in keep]:
+            del self.snapshots[key]
+
+
+class ComputeClock:
+    """Costs of generation and training, accumulated over a run (theory.md section 3).
+
+    Only rollout generation for training and trainer updates are counted (not evaluation or
+    probes). FLOPs: 2 P per generated or prompt token, 6 P per trained token (P parameters).
+    """
+
+    def __init__(self, n_params: int, batch_size: int):
+        self.n_params, self.batch_size = int(n_params), int(batch_size)
+        self.gen_seconds = self.train_seconds = 0.0
+        self.gen_tokens = self.train_tokens = 0
+        self.generated = self.steps = 0
+
+    def mu_time(self) -> float | None:
+        """Measured mu: seconds to generate B rollouts over seconds of one update."""
+        if not (self.generated and self.steps and self.gen_seconds and self.train_seconds):
+            return None
+        return mu_from_costs(self.gen_seconds / self.generated * self.batch_size,
+                             self.train_seconds / self.steps)
+
+    def mu_flops(self) -> float | None:
+        """mu from the FLOPs estimate (ignores that decoding is memory-bound)."""
+        if not (self.generated and self.steps and self.gen_tokens and self.train_tokens):
+            return None
+        return mu_from_costs(2 * self.gen_tokens / self.generated * self.batch_size,
+                             6 * self.train_tokens / self.steps)
+
+    def compute_units(self, mu: float | None) -> float | None:
+        """Compute spent in units of one trainer update C: steps + mu * generated / B."""
+        if mu is None:
+            return None
+        return self.steps + mu * self.generated / self.batch_size
+
+    def state_dict(self) -> dict:
+        """The accumulated costs (for checkpoints)."""
+        return dict(vars(self))
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore costs saved by ``state_dict``."""
+        vars(self).update(state)

@@ -1,0 +1,75 @@
+"""Tasks with verifiable rewards: a problem is a prompt and a reference answer.
+
+Every task exposes the same small interface (``Task``): draw training problems with a numpy
+generator, a fixed held-out list that never overlaps the training problems, and a reward in
+[0, 1] for a completion. ``make_task`` builds the one named in a ``TaskConfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Problem:
+    """pid: unique id within the task; prompt: text given to the model; answer: reference."""
+
+    pid: int
+    prompt: str
+    answer: str
+
+
+class Task(Protocol):
+    """What a run needs of a task."""
+    name: str
+    eval_problems: list[Problem]
+
+    def sample_train(self, n: int, rng: np.random.Generator) -> list[Problem]:
+        """``n`` training problems drawn with ``rng`` (never one of ``eval_problems``)."""
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        """Verifiable reward of a decoded completion (end-of-sequence removed), in [0, 1]."""
+
+    def alphabet(self) -> str:
+        """Every character of prompts and answers (for a character-level tokenizer)."""
+
+
+class ListTask:
+    """A task over fixed train/eval lists of problems; subclasses define ``reward``."""
+
+    name = "list"
+
+    def __init__(self, train: list[Problem], eval_problems: list[Problem]):
+        held_out = {p.prompt for p in eval_problems}
+        self.train = [p for p in train if p.prompt not in held_out]
+        if not self.train:
+            raise ValueError(f"task {self.name}: no training problems left after removing "
+                             f"the held-out ones")
+        if not eval_problems:
+            raise ValueError(f"task {self.name}: the held-out set is empty")
+        self.eval_problems = list(eval_problems)
+
+    def sample_train(self, n: int, rng: np.random.Generator) -> list[Problem]:
+        """See ``Task.sample_train`` (uniform over the training list)."""
+        return [self.train[i] for i in rng.integers(0, len(self.train), n)]
+
+    def alphabet(self) -> str:
+        """See ``Task.alphabet``."""
+        chars = {c for p in self.train + self.eval_problems for c in p.prompt + p.answer}
+        return "".join(sorted(chars))
+
+
+def make_task(cfg) -> Task:
+    """Build the task of a ``TaskConfig``."""
+    if cfg.name == "addition":
+        from .arithmetic import AdditionTask
+        return AdditionTask(cfg.digits, cfg.eval_size, cfg.eval_seed)
+    if cfg.name == "reasoning_gym":
+        from .reasoning_gym import ReasoningGymTask
+        return ReasoningGymTask(cfg.rg_name, cfg.rg_config, cfg.rg_size, cfg.eval_size,
+                                cfg.eval_seed, cfg.prompt_field, cfg.prompt_template)
+    from .math_answers import MathAnswerTask
+    return MathAnswerTask.from_config(cfg)

@@ -1,0 +1,90 @@
+import numpy as np
+import pytest
+
+from llm_experiments.buffer import Rollout, RolloutBuffer
+
+
+def rollouts(start, n, version=0, reward=0.0, group=0):
+    return [Rollout(i, group, i, version, np.array([1, 2], np.int32), np.array([3, 1], np.int32),
+                    np.array([-0.5, -0.1], np.float32), reward, 0.0)
+            for i in range(start, start + n)]
+
+
+def test_fifo_eviction_drops_payloads():
+    buf = RolloutBuffer(4)
+    buf.add(rollouts(0, 3), insert_step=0)
+    evicted = buf.add(rollouts(3, 3, version=1), insert_step=1)
+    assert evicted.tolist() == [0, 1]
+    assert sorted(buf.store) == [2, 3, 4, 5] and len(buf) == 4
+
+
+@pytest.mark.parametrize("mode", ["with_replacement", "without_replacement",
+                                  "never_used_first"])
+def test_sampling_modes_return_payloads(mode):
+    buf = RolloutBuffer(8, sampling=mode)
+    buf.add(rollouts(0, 8), insert_step=0)
+    rng = np.random.default_rng(0)
+    batch = buf.sample(6, step=2, rng=rng)
+    ids = [r.item_id for r in batch]
+    assert len(ids) == 6 and all(isinstance(r, Rollout) for r in batch)
+    if mode != "with_replacement":
+        assert len(set(ids)) == 6
+    if mode == "never_used_first":
+        second = [r.item_id for r in buf.sample(6, step=3, rng=rng)]
+        assert set(range(8)) - set(ids) <= set(second)
+    assert len(buf) == 8  # a replay buffer never removes what it hands out
+
+
+def test_lifo_queue_consumes_freshest_once():
+    buf = RolloutBuffer(8, lifo=True)
+    buf.add(rollouts(0, 4), insert_step=0)
+    buf.add(rollouts(4, 4, version=1), insert_step=1)
+    batch = buf.sample(4, step=1, rng=np.random.default_rng(0))
+    assert sorted(r.item_id for r in batch) == [4, 5, 6, 7]
+    assert sorted(buf.store) == [0, 1, 2, 3] and len(buf) == 4
+
+
+def test_positive_bias_keeps_correct_rollouts():
+    # theory.md section 1, N = 8, delta = 0.75: 2 freshest + the 6 freshest correct.
+    buf = RolloutBuffer(8, delta=0.75)
+    buf.add(rollouts(0, 6, reward=1.0), insert_step=0)
+    buf.add(rollouts(6, 10, reward=0.0), insert_step=1)
+    assert sorted(buf.store) == [0, 1, 2, 3, 4, 5, 14, 15]
+
+
+def test_shards_split_the_batch():
+    buf = RolloutBuffer(8, shards=2)
+    buf.add(rollouts(0, 8), insert_step=0)
+    assert buf.can_sample(4)
+    batch = buf.sample(4, step=0, rng=np.random.default_rng(1))
+    shard_of = {int(i): k for k in range(2) for i in buf.index.items(k)}
+    assert sorted(shard_of[r.item_id] for r in batch) == [0, 0, 1, 1]
+
+
+def test_step_stats_and_histograms():
+    buf = RolloutBuffer(16, sampling="without_replacement")
+    rng = np.random.default_rng(0)
+    buf.add(rollouts(0, 4, version=0), insert_step=0)
+    buf.sample(4, step=0, rng=rng)
+    buf.add(rollouts(4, 4, version=2), insert_step=2)
+    buf.sample(8, step=3, rng=rng)
+    s = buf.step_stats()
+    # the last call used 4 rollouts of version 0 (staleness 3, last used at 0) and 4 of 2
+    assert s["staleness_mean"] == pytest.approx(2.0)
+    assert s["steps_since_last_use_mean"] == pytest.approx(3.0)
+    assert s["first_use_fraction"] == pytest.approx(0.5)
+    assert s["buffer_occupancy"] == 8
+    h = buf.index.histograms()
+    assert h["off_policiness"] == {0: 4, 1: 4, 3: 4}
+    assert h["steps_since_last_use"] == {"new": 8, 3: 4}
+    assert h["replay_ratio"] == {1: 4, 2: 4}
+
+
+def test_state_round_trip():
+    buf = RolloutBuffer(6, sampling="never_used_first")
+    buf.add(rollouts(0, 6), insert_step=0)
+    buf.sample(3, step=0, rng=np.random.default_rng(0))
+    back = RolloutBuffer.from_state_dict(buf.state_dict())
+    r1, r2 = np.random.default_rng(5), np.random.default_rng(5)
+    assert [r.item_id for r in buf.sample(3, 1, r1)] == [r.item_id for r in back.sample(3, 1, r2)]
+    np.testing.assert_array_equal(back.store[2].logprobs, buf.store[2].logprobs)

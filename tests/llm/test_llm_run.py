@@ -1,0 +1,203 @@
+"""End-to-end runs: probes (layout, no side effects), async emulation, kill and resume, CLI
+errors, and the cpu_tiny learning check (slow)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from llm_helpers import REPO, SMALL, run_small, small_config
+from llm_experiments.cli import main
+from llm_experiments.experiment import run_experiment
+from llm_experiments.metrics import REQUIRED_KEYS, SUMMARY_KEYS, TIMING_KEYS, read_jsonl
+
+DETERMINISTIC = ["schedule.mu_accounting=2.0"]
+
+
+def strip_timing(records):
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+
+
+@pytest.fixture(scope="module")
+def probed_run(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("runs") / "probed")
+    cfg = small_config("run.steps=16", "probe.every=5", *DETERMINISTIC)
+    return out, run_experiment(cfg, out)
+
+
+def test_outputs_and_required_keys(probed_run):
+    out, summary = probed_run
+    assert sorted(os.listdir(out)) == ["checkpoint", "config.yaml", "metrics.jsonl",
+                                       "probes.npz", "summary.json"]
+    records = read_jsonl(os.path.join(out, "metrics.jsonl"))
+    assert [r["step"] for r in records] == list(range(17))
+    for r in records:
+        assert set(REQUIRED_KEYS) <= set(r)
+    assert set(SUMMARY_KEYS) <= set(summary)
+    assert records[0]["eval_accuracy"] is not None and "pass@4" in records[0]
+    assert summary["samples_generated"] == 16 * 8 and summary["samples_consumed"] == 16 * 16
+    assert summary["mu_accounting"] == 2.0
+    assert summary["compute_units"] == pytest.approx(16 + 2.0 * 128 / 16)
+    h = summary["histograms"]
+    assert sum(h["off_policiness"].values()) == 16 * 16
+    assert summary["probe_seconds"] > 0
+
+
+def test_probes_never_perturb_the_run(probed_run, tmp_path):
+    out, _ = probed_run
+    plain = str(tmp_path / "plain")
+    run_experiment(small_config("run.steps=16", *DETERMINISTIC), plain)
+    a = strip_timing(read_jsonl(os.path.join(out, "metrics.jsonl")))
+    b = strip_timing(read_jsonl(os.path.join(plain, "metrics.jsonl")))
+    assert a == b
+
+
+def test_probe_layout_round_trip_and_fit(probed_run):
+    from replaytheory.design import optimal_design
+    from replaytheory.noise import TabulatedNoise
+    from replaytheory.probes import SCHEMA, ProbeSet
+    out, _ = probed_run
+    ps = ProbeSet.load(os.path.join(out, "probes.npz"))
+    for name, cols in SCHEMA.items():
+        assert set(cols) <= set(ps.tables[name]) and ps.n_rows(name) > 0, name
+    noise = ps.tables["noise"]
+    assert set(np.unique(noise["probe_step"])) == {0, 5, 10, 15}
+    assert np.all(noise["sq_noise"] > 0) and np.all(noise["ref_sq_error"] > 0)
+    assert set(np.unique(noise["unit"])) == {0, 1}
+    fresh = noise["source"] == 1
+    assert np.all(noise["staleness"][fresh] == 0) and np.all(noise["drift"][fresh] == 0)
+    stale = noise["staleness"] > 0
+    assert np.all(noise["drift"][stale] > 0)
+    bias = ps.tables["bias"]
+    crn = bias["method"] == 1
+    assert set(bias["staleness"][crn]) <= {1, 3} and crn.any()
+    # common random numbers: paired differences vary less than unpaired ones
+    assert np.median(bias["noise_sq"][crn] / bias["indep_noise_sq"][crn]) < 1
+    mb = ps.tables["minibatch"]
+    assert list(mb["probe_step"]) == [0, 5, 10, 15] and np.all(mb["sq_error"] > 0)
+    np.testing.assert_allclose(mb["replay_ratio"], 2.0)
+    assert ps.counts["unique_rollouts"] == 128 and ps.counts["samples_consumed"] == 256
+    # the JSONL form carries the same numbers
+    ps.save(os.path.join(out, "copy.jsonl"))
+    back = ProbeSet.load(os.path.join(out, "copy.jsonl"))
+    np.testing.assert_allclose(back.tables["noise"]["sq_noise"], noise["sq_noise"])
+    # a simple calibration: sigma^2(s) per staleness, net of the reference error
+    seq = noise["unit"] == 0
+    s_vals = np.unique(noise["staleness"][seq])
+    sig2 = [np.mean((noise["sq_noise"] - noise["ref_sq_error"])[seq & (noise["staleness"] == s)])
+            for s in s_vals]
+    model = TabulatedNoise(s_vals, np.maximum(sig2, 1e-12))
+    design = optimal_design(mu=2.0, rho=0.1, noise=model)
+    assert design.horizon >= 0 and design.replay_ratio > 0
+    assert design.regime in ("on-policy", "replay")
+
+
+def test_async_emulation(tmp_path):
+    summary, records = run_small(tmp_path / "a", "run.steps=12", "schedule.mode=async",
+                                 "schedule.workers=2", "schedule.trainers=2",
+                                 "schedule.mu_accounting=2.0", "schedule.refresh_every=2",
+                                 "eval.every=100")
+    # B W / (T mu) = 8 rollouts per step = 2 groups; latency round(mu T) = 4 steps
+    assert summary["rollouts_per_step"] == 8 and summary["schedule"]["latency"] == 4
+    assert summary["samples_generated"] == 12 * 8 and summary["samples_consumed"] == 12 * 16
+    late = [r["staleness_mean"] for r in records if 6 <= r["step"] < 12]
+    assert min(late) >= 4  # weights at least latency steps old
+    assert set(summary["histograms"]["off_policiness"]) <= set(range(0, 12))
+
+
+def _cli(out, *extra):
+    return [sys.executable, "-m", "llm_experiments", "run", "--out", out, "--config",
+            "cpu_tiny"] + [a for kv in SMALL + DETERMINISTIC + list(extra)
+                           for a in ("--set", kv)]
+
+
+def test_kill_and_resume_replays_exactly(tmp_path):
+    env = {**os.environ, "PYTHONPATH": REPO}
+    args = ("run.steps=30", "probe.every=7", "run.log_every=1")
+    full, cut = str(tmp_path / "full"), str(tmp_path / "cut")
+    subprocess.run(_cli(full, *args), check=True, env=env, capture_output=True)
+    proc = subprocess.Popen(_cli(cut, *args), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    metrics = os.path.join(cut, "metrics.jsonl")
+    deadline = time.time() + 120
+    while time.time() < deadline:  # kill mid-run, between checkpoints
+        if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 13:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not os.path.exists(os.path.join(cut, "summary.json"))
+    done = subprocess.run([sys.executable, "-m", "llm_experiments", "run", "--out", cut,
+                           "--resume"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    a = read_jsonl(os.path.join(full, "metrics.jsonl"))
+    b = read_jsonl(os.path.join(cut, "metrics.jsonl"))
+    assert [r["step"] for r in b] == list(range(31))  # no line lost or repeated
+    assert strip_timing(a) == strip_timing(b)
+    from replaytheory.probes import ProbeSet
+    pa = ProbeSet.load(os.path.join(full, "probes.npz"))
+    pb = ProbeSet.load(os.path.join(cut, "probes.npz"))
+    for name in pa.tables:
+        for col in pa.tables[name]:
+            np.testing.assert_allclose(pa.tables[name][col], pb.tables[name][col], rtol=1e-6)
+    sa = json.load(open(os.path.join(full, "summary.json")))
+    sb = json.load(open(os.path.join(cut, "summary.json")))
+    assert sa["histograms"] == sb["histograms"]
+    assert sa["best_eval_accuracy"] == sb["best_eval_accuracy"]
+
+
+def test_cli_errors(tmp_path, capsys):
+    out = str(tmp_path / "x")
+    assert main(["run", "--out", out, "--set", "trainer.lrr=1"]) == 2
+    assert "unknown config key trainer.lrr" in capsys.readouterr().err
+    assert main(["run", "--out", out, "--set", "trainer.lr=-3"]) == 2
+    assert "trainer.lr must be in (0, inf)" in capsys.readouterr().err
+    os.makedirs(out)
+    open(os.path.join(out, "f"), "w").close()
+    assert main(["run", "--out", out]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert main(["run", "--out", str(tmp_path / "m"), "--set", "model.name=/no/such/model",
+                 "--set", f"run.cache_dir={tmp_path}"]) == 2
+    assert "model.name='/no/such/model'" in capsys.readouterr().err
+    assert main(["run", "--out", str(tmp_path / "d"), "--set", "task.name=math",
+                 "--set", "task.dataset=/no/such.jsonl"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cpu_tiny_rl_beats_warm_start(tmp_path):
+    """The shipped cpu_tiny config (shortened to 150 steps, no probes) learns."""
+    from llm_helpers import CACHE
+    from llm_experiments.config import load_config
+    cfg = load_config("cpu_tiny", ["run.steps=150", "probe.every=0", "run.progress=false",
+                                   f"run.cache_dir={CACHE}"])
+    s = run_experiment(cfg, str(tmp_path / "tiny"))
+    assert s["warm_start_accuracy"] < 0.6
+    assert s["best_eval_accuracy"] >= s["warm_start_accuracy"] + 0.15
+
+
+def test_variants_run(tmp_path):
+    """AsymRE, per-sample clipping, positive bias, never-used-first, micro-batches together."""
+    s, records = run_small(tmp_path / "v", "run.steps=4", "trainer.loss=asymre",
+                           "trainer.per_sample_clip=0.5", "trainer.micro_batch=5",
+                           "buffer.delta=0.5", "buffer.sampling=never_used_first",
+                           "eval.every=100")
+    assert s["samples_consumed"] == 4 * 16
+    assert all(np.isfinite(r["loss"]) and r["grad_norm"] >= 0 for r in records[:4])
+
+
+def test_pretrained_model_from_a_local_folder(tmp_path):
+    """model.name = a folder: the pretrained path (AutoModel / AutoTokenizer) end to end."""
+    from llm_helpers import tiny_policy
+    model, tok = tiny_policy(32, 2, 64)
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    s, _ = run_small(tmp_path / "run", "run.steps=3", f"model.name={tmp_path / 'm'}",
+                     "eval.every=100")
+    assert s["samples_consumed"] == 3 * 16 and s["parameters"] == sum(
+        p.numel() for p in model.parameters())

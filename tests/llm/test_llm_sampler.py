@@ -1,0 +1,76 @@
+import numpy as np
+import pytest
+import torch
+
+from llm_helpers import recomputed_logprobs, tiny_policy
+from llm_experiments.samplers import WeightUpdate
+from llm_experiments.samplers.hf import HFSampler, inverse_cdf, step_distribution
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return tiny_policy(32, 2, 64)
+
+
+def prompts(tok, texts):
+    return [tok.encode(t, add_special_tokens=False) for t in texts]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_equal_recomputed(policy, temperature):
+    model, tok = policy
+    s = HFSampler(model, tok.eos_token_id, tok.pad_token_id)
+    ps = prompts(tok, ["12+34=", "1+2=", "99+9=", "7+70="] * 4)  # different lengths
+    gen = s.generate(ps, max_new_tokens=8, temperature=temperature, seed=3)
+    assert gen.tokens.dtype == np.int32 and gen.logprobs.dtype == np.float32
+    for i, p in enumerate(ps):
+        c = gen.completion(i)
+        assert len(c) == gen.lengths[i] >= 1
+        if gen.finished[i]:
+            assert c[-1] == tok.eos_token_id and tok.eos_token_id not in c[:-1]
+        np.testing.assert_allclose(gen.logprobs[i, :len(c)],
+                                   recomputed_logprobs(model, p, c, temperature), atol=2e-5)
+        assert np.all(gen.logprobs[i, len(c):] == 0)
+
+
+def test_seeds_and_common_random_numbers(policy):
+    model, tok = policy
+    s = HFSampler(model, tok.eos_token_id, tok.pad_token_id)
+    ps = prompts(tok, ["5+5="] * 32)
+    a = s.generate(ps, max_new_tokens=5, temperature=1.0, seed=1)
+    b = s.generate(ps, max_new_tokens=5, temperature=1.0, seed=1)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    u = np.random.default_rng(0).random((32, 5))
+    c = s.generate(ps, max_new_tokens=5, temperature=1.0, uniforms=u)
+    # slightly perturbed weights with the same uniforms give mostly the same tokens
+    state = {k: v + 1e-3 * torch.randn_like(v) for k, v in model.state_dict().items()}
+    s.load_weights(WeightUpdate(7, state))
+    assert s.version == 7
+    d = s.generate(ps, max_new_tokens=5, temperature=1.0, uniforms=u)
+    assert (c.tokens == d.tokens).mean() > 0.9
+    with pytest.raises(ValueError, match="uniforms must have shape"):
+        s.generate(ps, max_new_tokens=4, temperature=1.0, uniforms=u)
+
+
+def test_inverse_cdf_and_nucleus_distribution():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    logp = step_distribution(logits, 1.0, 0.8)
+    # nucleus 0.8 keeps {0.5, 0.3} renormalised; the rest has probability 0
+    np.testing.assert_allclose(logp.exp().numpy(), [[0.625, 0.375, 0, 0]], atol=1e-6)
+    u = torch.linspace(0, 0.999, 2000)
+    toks = inverse_cdf(logp.expand(2000, -1), u)
+    assert set(toks.tolist()) == {0, 1}
+    assert (toks == 0).float().mean().item() == pytest.approx(0.625, abs=0.01)
+
+
+def test_greedy_matches_argmax(policy):
+    model, tok = policy
+    s = HFSampler(model, tok.eos_token_id, tok.pad_token_id)
+    p = prompts(tok, ["3+4="])[0]
+    gen = s.generate([p], max_new_tokens=3, temperature=0.0)
+    ids = list(p)
+    for k in range(gen.lengths[0]):
+        with torch.no_grad():
+            nxt = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+        assert nxt == gen.tokens[0, k]
+        ids.append(nxt)
