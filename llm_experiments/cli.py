@@ -1,5 +1,6 @@
 """Command line: ``python -m llm_experiments run --config cpu_tiny --out runs/NAME
-[--set section.key=value ...] [--resume]``.
+[--set section.key=value ...] [--resume]`` and ``python -m llm_experiments sweep --spec
+SPEC.yaml --out sweeps/NAME [--workers K]`` (see ``sweep.py``).
 
 Writes ``runs/NAME/{config.yaml, metrics.jsonl, summary.json, probes.npz, checkpoint/}``.
 Bad input (unknown key, bad value, existing output folder without --resume, missing model or
@@ -30,12 +31,20 @@ def build_parser() -> argparse.ArgumentParser:
                      metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
     run.add_argument("--resume", action="store_true",
                      help="continue the run in --out from its last checkpoint")
+    sweep = sub.add_parser("sweep", help="run a resumable grid of runs (see sweep.py)")
+    sweep.add_argument("--spec", required=True, help="sweep spec (YAML)")
+    sweep.add_argument("--out", required=True, help="sweep folder; rerun to continue it")
+    sweep.add_argument("--workers", type=int, default=1, help="runs at a time (default 1)")
     return parser
 
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input)."""
     args = build_parser().parse_args(argv)
+    if args.command == "sweep":
+        from .sweep import main as sweep_main
+        return sweep_main(["--spec", args.spec, "--out", args.out,
+                           "--workers", str(args.workers)])
     try:
         saved = os.path.join(args.out, "config.yaml")
         if args.resume and args.config is None and not args.overrides \
