@@ -83,18 +83,36 @@ def _sft_batch(tokenizer, problems, max_len: int):
     return ids, mask
 
 
-def warm_start(model, tokenizer, task, cfg: Config) -> None:
+def _exact_match(model, tokenizer, ids, mask) -> float:
+    """Share of rows whose every answer token (and eos) is the argmax given the true prefix.
+
+    Under teacher forcing this equals greedy decoding reproducing the reference exactly, at
+    the cost of one forward pass.
+    """
+    with torch.no_grad():
+        pred = model(input_ids=ids).logits[:, :-1].argmax(-1)
+    ok = (pred == ids[:, 1:]) | ~mask[:, 1:]
+    return float(ok.all(dim=1).float().mean())
+
+
+def warm_start(model, tokenizer, task, cfg: Config) -> int:
     """Supervised training on reference answers (AdamW, linear warm-up, clip 1.0), in place.
 
-    Loss: cross-entropy of the answer tokens (and end-of-sequence) given the prompt.
+    Loss: cross-entropy of the answer tokens (and end-of-sequence) given the prompt. With
+    ``model.warm_start_target`` > 0, stops at the first check (every 2 steps) where greedy
+    accuracy on 512 fixed training problems reaches the target. Returns the steps taken.
     """
     m = cfg.model
     rng = np.random.default_rng(m.warm_start_seed)
+    check_ids, check_mask = _sft_batch(tokenizer, task.sample_train(512, rng), m.max_len)
     opt = torch.optim.AdamW(model.parameters(), lr=m.warm_start_lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / max(1, m.warm_start_warmup)))
-    model.train()
-    for _ in range(m.warm_start_steps):
+    for step in range(m.warm_start_steps):
+        if m.warm_start_target > 0 and step % 2 == 0 and \
+                _exact_match(model, tokenizer, check_ids, check_mask) >= m.warm_start_target:
+            return step
+        model.train()
         ids, mask = _sft_batch(tokenizer, task.sample_train(m.warm_start_batch, rng), m.max_len)
         logits = model(input_ids=ids).logits[:, :-1].float()
         target, tmask = ids[:, 1:], mask[:, 1:]
@@ -104,6 +122,7 @@ def warm_start(model, tokenizer, task, cfg: Config) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+    return m.warm_start_steps
 
 
 def load_policy(cfg: Config, task):

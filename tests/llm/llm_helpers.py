@@ -8,7 +8,7 @@ os.environ.setdefault("MPLCONFIGDIR", os.path.join(CACHE, "mpl"))
 
 # A model small enough that a run of a few dozen steps takes seconds.
 SMALL = ["model.hidden_size=32", "model.layers=2", "model.heads=2", "model.kv_heads=1",
-         "model.intermediate_size=64", "model.warm_start_steps=200",
+         "model.intermediate_size=64", "model.warm_start_steps=200", "model.warm_start_target=0",
          "model.warm_start_lr=3e-3", "task.digits=1", "task.eval_size=30",
          "eval.pass_k_problems=8", "eval.pass_k=[1,2,4]", "eval.every=10",
          "schedule.batch_size=16", "schedule.group_size=4", "buffer.capacity=64",
