@@ -171,12 +171,17 @@ class BufferConfig:
     replacement). sampling: "with_replacement", "without_replacement", "never_used_first".
     delta: positive-bias coefficient in [0, 1). lifo: the no-buffer queue (each rollout used
     once, freshest first) instead of a replay buffer.
+    horizon: staleness horizon x = N/R in steps (theory.md section 4), >= 0. When > 0 it sets
+    capacity = round(x R) (at least 1, rounded up to a multiple of the trainers), with R the
+    rollouts per step of the schedule (sync: B/y; async: B W / (T mu_accounting)); 0 = use
+    capacity as given.
     """
 
     capacity: int = 512
     sampling: str = "with_replacement"
     delta: float = 0.0
     lifo: bool = False
+    horizon: float = 0.0
 
 
 @dataclass
@@ -330,7 +335,21 @@ def from_dict(data: dict | None, base: Config | None = None) -> Config:
             d[section][key] = _coerce(f"{section}.{key}", value, types[key])
     cfg = Config(**{s: type(getattr(Config(), s))(**d[s]) for s in SECTIONS})
     validate(cfg)
+    _resolve_capacity(cfg)
     return cfg
+
+
+def _resolve_capacity(cfg: Config) -> None:
+    """Set buffer.capacity from buffer.horizon (see ``BufferConfig``)."""
+    b, sc = cfg.buffer, cfg.schedule
+    if b.horizon <= 0 or sc.mode == "on_policy":
+        return
+    if sc.mode == "sync":
+        rollouts = sc.batch_size / sc.replay_ratio
+    else:
+        rollouts = sc.batch_size * sc.workers / (sc.trainers * sc.mu_accounting)
+    n = max(1, round(b.horizon * rollouts))
+    b.capacity = -(-n // sc.trainers) * sc.trainers if sc.mode == "async" else n
 
 
 def parse_override(text: str) -> tuple[str, str, object]:
@@ -448,6 +467,7 @@ def validate(cfg: Config) -> None:
         raise ValueError(f"schedule.batch_size ({sc.batch_size}) must be divisible by "
                          f"schedule.trainers ({sc.trainers})")
     v.integer("buffer.capacity", b.capacity, 1)
+    v.nonnegative("buffer.horizon", b.horizon)
     v.choice("buffer.sampling", b.sampling, ("with_replacement", "without_replacement",
                                              "never_used_first"))
     v.real("buffer.delta", b.delta, 0.0, 1.0, hi_open=True)

@@ -58,3 +58,14 @@ def test_yaml_round_trip_and_differences(tmp_path):
     assert differences(back, Config()) == [k for k in differences(cfg, Config())]
     assert "trainer.lr" in differences(cfg, from_dict({}))
     assert cfg.section_hash("model", "task") == back.section_hash("model", "task")
+
+
+def test_buffer_horizon_sets_capacity():
+    from llm_experiments.config import load_config
+    c = load_config("cpu_tiny", ["buffer.horizon=4", "schedule.replay_ratio=1.4"])
+    assert c.buffer.capacity == round(4 * 64 / 1.4)
+    c = load_config("cpu_tiny", ["buffer.horizon=4", "schedule.mode=async", "schedule.workers=6",
+                                 "schedule.trainers=2", "schedule.mu_accounting=6.84"])
+    assert c.buffer.capacity % 2 == 0 and abs(c.buffer.capacity - 4 * 64 * 6 / 13.68) <= 2
+    with pytest.raises(ValueError, match="buffer.horizon"):
+        load_config("cpu_tiny", ["buffer.horizon=-1"])
