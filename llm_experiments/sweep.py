@@ -57,10 +57,11 @@ def _format_value(value) -> str:
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
-def run_id(overrides: dict) -> str:
-    """A readable, stable id: short key names and values, plus a hash of the full overrides."""
+def run_id(overrides: dict, shown=None) -> str:
+    """A readable, stable id: short names and values of the ``shown`` keys (default all),
+    plus a hash of the full overrides."""
     parts = []
-    for key in sorted(overrides):
+    for key in sorted(overrides if shown is None else shown):
         short = key.rsplit(".", 1)[-1]
         parts.append(f"{short}={_format_value(overrides[key])}")
     slug = "_".join(parts).replace("/", "-").replace(" ", "")
@@ -96,14 +97,16 @@ def load_spec(path: str) -> dict:
 
 
 def expand(spec: dict) -> list[RunSpec]:
-    """All runs of a spec, in a fixed order (cells outermost, then the grid)."""
+    """All runs of a spec, grid outermost (seed-major: a partial sweep stays balanced over
+    cells), then the cells. Ids show the cell and grid keys, not the shared ``set``."""
     grid = spec.get("grid", {})
     keys = list(grid)
     runs, seen = [], set()
-    for cell in spec.get("cells", [{}]):
-        for values in itertools.product(*(grid[k] for k in keys)):
-            overrides = {**spec.get("set", {}), **cell, **dict(zip(keys, values))}
-            rid = run_id(overrides)
+    for values in itertools.product(*(grid[k] for k in keys)):
+        for cell in spec.get("cells", [{}]):
+            point = dict(zip(keys, values))
+            overrides = {**spec.get("set", {}), **cell, **point}
+            rid = run_id(overrides, shown=[*cell, *point])
             if rid not in seen:
                 seen.add(rid)
                 runs.append(RunSpec(rid, overrides))
