@@ -140,22 +140,50 @@ def spearman(a, b) -> float:
     return float(stats.spearmanr(a, b).statistic)
 
 
-def split_half_spearman(scores, max_splits: int = 64, seed: int = 0) -> float:
-    """Agreement of a grid with itself: split seeds in two halves, rank cells by each half's
-    median, and average the Spearman correlation over splits.
+def best_option(scores, better: str = "max") -> tuple[np.ndarray, np.ndarray]:
+    """Per cell, the best option (e.g. learning rate) by its median over seeds.
 
     Args:
-        scores: array (cells, seeds) of a per-run score (NaN for missing runs), >= 2 seeds.
-        max_splits: at most this many balanced splits (all of them if fewer exist).
+        scores: array (cells, options, seeds); NaN = missing run.
+        better: "max" (accuracy) or "min" (compute to target).
     Returns:
-        Mean Spearman over splits; the issue's gate is >= 0.9 before judging a theory.
+        (median of the best option per cell, index of that option per cell; -1 if none).
     """
     s = np.asarray(scores, dtype=float)
-    if s.ndim != 2 or s.shape[1] < 2:
-        raise ValueError(f"scores must be (cells, seeds) with at least 2 seeds, got {s.shape}")
-    n = s.shape[1]
-    half = n // 2
-    splits = list(itertools.combinations(range(n), half))
+    if s.ndim != 3:
+        raise ValueError(f"scores must be (cells, options, seeds), got shape {s.shape}")
+    better = v.choice("better", better, ("max", "min"))
+    med = median_iqr(s, axis=2)[0]
+    key = np.where(np.isnan(med), -np.inf if better == "max" else np.inf, med)
+    idx = np.argmax(key, axis=1) if better == "max" else np.argmin(key, axis=1)
+    best = med[np.arange(len(med)), idx]
+    return best, np.where(np.isnan(best), -1, idx)
+
+
+def split_half_spearman(scores, better: str = "max", max_splits: int = 64,
+                        seed: int = 0) -> float:
+    """Agreement of a grid with itself: split the seeds in two halves, score each cell in each
+    half (best option by that half's median), and average the Spearman correlation of the two
+    halves' cell scores over splits.
+
+    Choosing the option (learning rate) inside each half keeps the selection from inflating
+    the agreement.
+
+    Args:
+        scores: (cells, seeds) or (cells, options, seeds), NaN for missing runs, >= 2 seeds.
+        better: "max" or "min", which option is best. max_splits: at most this many
+            balanced splits (all of them if fewer exist).
+    Returns:
+        Mean Spearman over splits (the issue's gate: >= 0.9 before judging a theory).
+    """
+    s = np.asarray(scores, dtype=float)
+    if s.ndim == 2:
+        s = s[:, None, :]
+    if s.ndim != 3 or s.shape[2] < 2:
+        raise ValueError(f"scores must be (cells, seeds) or (cells, options, seeds) with at "
+                         f"least 2 seeds, got {np.shape(scores)}")
+    n = s.shape[2]
+    splits = list(itertools.combinations(range(n), n // 2))
     if n % 2 == 0:  # {A, B} and {B, A} are the same split
         splits = splits[: len(splits) // 2]
     if len(splits) > max_splits:
@@ -164,9 +192,8 @@ def split_half_spearman(scores, max_splits: int = 64, seed: int = 0) -> float:
     values = []
     for first in splits:
         second = [j for j in range(n) if j not in first]
-        with np.errstate(all="ignore"):
-            a = median_iqr(s[:, list(first)], axis=1)[0]
-            b = median_iqr(s[:, second], axis=1)[0]
+        a = best_option(s[:, :, list(first)], better)[0]
+        b = best_option(s[:, :, second], better)[0]
         r = spearman(a, b)
         if not math.isnan(r):
             values.append(r)

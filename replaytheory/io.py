@@ -13,6 +13,9 @@ def atomic_write(path: str, write: Callable, binary: bool = False) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make results unreadable to others
     try:
         with os.fdopen(fd, "wb" if binary else "w") as fh:
             write(fh)

@@ -79,3 +79,16 @@ def test_regret():
     assert regret(math.inf, 100.0) == math.inf
     with pytest.raises(ValueError, match="compute_best"):
         regret(1.0, 0.0)
+
+
+def test_best_option_and_gate_with_learning_rates():
+    from replaytheory.analysis import best_option
+    s = np.array([[[1, 2, 3], [5, 6, 7]], [[9, 9, 9], [0, 1, np.nan]]], dtype=float)
+    best, idx = best_option(s, "max")
+    assert best.tolist() == [6.0, 9.0] and idx.tolist() == [1, 0]
+    best, idx = best_option(s, "min")
+    assert best.tolist() == [2.0, 0.5] and idx.tolist() == [0, 1]
+    rng = np.random.default_rng(1)
+    truth = np.linspace(0, 1, 12)[:, None, None]
+    scores = truth + np.array([0.0, -0.3])[None, :, None] + 0.01 * rng.standard_normal((12, 2, 6))
+    assert split_half_spearman(scores, "max") > 0.95

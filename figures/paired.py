@@ -1,0 +1,242 @@
+"""Prediction and measurement together: figures of the paired validation (issue 5).
+
+Reads the committed compact results (``results/cpu_sweep/``: ``curves.jsonl`` from the sweep,
+``validation.json`` from ``llm_experiments.validation``, ``histograms.jsonl`` and the
+calibration probes) and writes into ``figures/out/``:
+
+* ``paired_accuracy_vs_compute``: median eval accuracy and IQR band over seeds against
+  compute, on-policy vs the best buffer cells, one panel per mu (paper Fig. 1/3 left);
+* ``paired_heatmaps``: tail accuracy and compute to target over (x, y), best learning rate per
+  cell, with the predicted optimum marked (paper Fig. 3 right / 14);
+* ``paired_pareto``: accuracy against compute over learning rates, buffer vs on-policy
+  (paper Fig. 4);
+* ``paired_passk``: pass@k gain over on-policy against k (paper Fig. 3 middle);
+* ``paired_histograms``: the three axes (off-policiness, replay ratio, steps since last use)
+  for several N and (W, T) from the harness (paper Fig. 2);
+* ``paired_noise``: measured sigma^2(s) against staleness with the fitted power law, and the
+  noise correlation against insertion gap with the fitted rho;
+* ``paired_j_vs_measured``: predicted J against measured compute to target, one point a cell.
+
+Run: ``python -m figures.paired [--results DIR] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from figures.style import ON_POLICY_COLOR, PALETTE, plt, save
+from llm_experiments.paired import (TARGET, cell_scores, compute_score, kind, measured_mu,
+                                    tail_score)
+from llm_experiments.results import load_runs
+from replaytheory.analysis import curves_on_grid, median_iqr, pareto_frontier
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "cpu_sweep"
+
+
+def _mus(runs, results_dir):
+    """The mu values of the validation: measured, then the accounting values."""
+    path = Path(results_dir) / "validation.json"
+    if path.exists():
+        with open(path) as fh:
+            mus = sorted({r["mu"] for r in json.load(fh)})
+        return mus
+    return [round(measured_mu(runs), 3), 2.0, 6.84]
+
+
+def _band(ax, runs, mu, color, label, grid):
+    curves = [(r.compute(mu), r.eval["eval_accuracy"]) for r in runs]
+    vals = curves_on_grid(curves, grid)
+    med, lo, hi = median_iqr(vals, axis=0)
+    ax.plot(grid, med, color=color, label=label)
+    ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0)
+
+
+def accuracy_vs_compute(runs, mus, out_dir=None, loss="grpo"):
+    runs = [r for r in runs if r.get("trainer.loss") == loss]
+    fig, axes = plt.subplots(1, len(mus), figsize=(3.6 * len(mus), 3.1), sharey=True)
+    for ax, mu in zip(np.atleast_1d(axes), mus):
+        scores = cell_scores(runs, compute_score(mu), "min")
+        onp = [c for c in scores if c.kind == "on_policy"]
+        grid_cells = sorted((c for c in scores if c.kind == "grid"), key=lambda c: c.median)
+        chosen = onp + grid_cells[:3]
+        top = max(float(np.nanmax(r.compute(mu))) for c in chosen for r in c.runs)
+        grid = np.linspace(0, top, 200)
+        for i, c in enumerate(chosen):
+            color = ON_POLICY_COLOR if c.kind == "on_policy" else PALETTE[1 + i % 6]
+            _band(ax, c.runs, mu, color, f"{c.label} (lr {c.lr:g})", grid)
+        ax.axhline(TARGET, color="grey", ls=":", lw=0.8)
+        ax.set(xlabel=f"compute (trainer updates, mu={mu:g})", title=f"mu = {mu:g}")
+        ax.legend(fontsize=6.5, loc="lower right")
+    np.atleast_1d(axes)[0].set_ylabel("held-out accuracy (median, IQR)")
+    fig.suptitle(f"{loss}: on-policy vs the three buffer cells fastest to {TARGET:g}",
+                 fontsize=9)
+    return save(fig, f"paired_accuracy_vs_compute_{loss}", out_dir)
+
+
+def _grid_matrix(scores):
+    xs = sorted({c.horizon for c in scores if c.kind == "grid"})
+    ys = sorted({c.replay_ratio for c in scores if c.kind == "grid"})
+    m = np.full((len(ys), len(xs)), np.nan)
+    for c in scores:
+        if c.kind == "grid":
+            m[ys.index(c.replay_ratio), xs.index(c.horizon)] = c.median
+    return xs, ys, m
+
+
+def _predictions(results_dir, loss, mu):
+    path = Path(results_dir) / "validation.json"
+    if not path.exists():
+        return []
+    with open(path) as fh:
+        recs = json.load(fh)
+    return [r for r in recs if r["loss"] == loss and math.isclose(r["mu"], mu, rel_tol=1e-6)]
+
+
+def heatmaps(runs, mus, results_dir, out_dir=None, loss="grpo"):
+    runs = [r for r in runs if r.get("trainer.loss") == loss]
+    panels = [("tail accuracy", cell_scores(runs, tail_score, "max"), None)]
+    panels += [(f"compute to {TARGET:g}, mu={mu:g}", cell_scores(runs, compute_score(mu), "min"),
+                mu) for mu in mus]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 3.0),
+                             layout="constrained")
+    markers = {"asymptotic": "*", "finite_eta": "P"}
+    for ax, (title, scores, mu) in zip(np.atleast_1d(axes), panels):
+        xs, ys, m = _grid_matrix(scores)
+        finite = np.where(np.isfinite(m), m, np.nan)
+        cmap = "viridis" if mu is None else "viridis_r"
+        im = ax.imshow(finite, origin="lower", cmap=cmap, aspect="auto")
+        for (i, j), val in np.ndenumerate(m):
+            ax.text(j, i, "inf" if np.isinf(val) else f"{val:.2g}", ha="center", va="center",
+                    fontsize=6, color="w")
+        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs])
+        ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys])
+        ax.set(xlabel="horizon x = N/R (steps)", ylabel="replay ratio y = B/R", title=title)
+        ax.grid(False)
+        if mu is not None:
+            for rec in _predictions(results_dir, loss, mu):
+                px = np.interp(np.log(max(rec["predicted_horizon"], 1e-9)), np.log(xs),
+                               np.arange(len(xs)))
+                py = np.interp(np.log(max(rec["predicted_replay_ratio"], 1e-9)), np.log(ys),
+                               np.arange(len(ys)))
+                ax.plot(px, py, markers.get(rec["variant"], "X"), color="r", ms=9,
+                        mec="w", label=rec["variant"])
+            if _predictions(results_dir, loss, mu):
+                ax.legend(fontsize=6, loc="upper right")
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.suptitle(f"{loss}: best learning rate per cell, median over seeds; markers: predicted "
+                 "optimum (clipped to the grid)", fontsize=8)
+    return save(fig, f"paired_heatmaps_{loss}", out_dir)
+
+
+def pareto(runs, mu, out_dir=None, loss="grpo"):
+    runs = [r for r in runs if r.get("trainer.loss") == loss]
+    fig, ax = plt.subplots(figsize=(4.6, 3.4))
+    for label, kinds, color in (("on-policy", ("on_policy",), ON_POLICY_COLOR),
+                                ("buffer", ("grid", "delta"), PALETTE[2])):
+        pts = []
+        for cell_runs in _cells_by_lr(runs, kinds):
+            comp = float(np.median([r.compute(mu)[-1] for r in cell_runs]))
+            acc = float(np.median([tail_score(r) for r in cell_runs]))
+            pts.append((comp, acc))
+        if not pts:
+            continue
+        c, a = np.array(pts).T
+        ax.plot(c, a, "o", color=color, alpha=0.35, ms=3)
+        front = pareto_frontier(c, a)
+        ax.step(c[front], a[front], where="post", color=color, label=f"{label} frontier")
+    ax.set(xlabel=f"compute of the run (trainer updates, mu={mu:g})",
+           ylabel="tail accuracy (median over seeds)",
+           title=f"{loss}: each point a (cell, learning rate)")
+    ax.legend()
+    return save(fig, f"paired_pareto_{loss}", out_dir)
+
+
+def _cells_by_lr(runs, kinds):
+    groups = {}
+    for r in runs:
+        if kind(r) in kinds:
+            groups.setdefault((r.cell, r.lr), []).append(r)
+    return list(groups.values())
+
+
+def passk(runs, mu, out_dir=None, loss="grpo"):
+    runs = [r for r in runs if r.get("trainer.loss") == loss]
+    scores = cell_scores(runs, compute_score(mu), "min")
+    onp = [c for c in scores if c.kind == "on_policy"]
+    if not onp:
+        raise FileNotFoundError("no on-policy runs in the results")
+    ks = [1, 2, 4, 8, 16]
+
+    def final_passk(cell):
+        return np.array([[r.eval[f"pass@{k}"][-1] for k in ks] for r in cell.runs])
+
+    base = np.median(final_passk(onp[0]), axis=0)
+    fig, ax = plt.subplots(figsize=(4.4, 3.2))
+    grid_cells = sorted((c for c in scores if c.kind == "grid"), key=lambda c: c.median)[:4]
+    for i, c in enumerate(grid_cells):
+        gain = final_passk(c) - base
+        med, lo, hi = median_iqr(gain, axis=0)
+        ax.errorbar(ks, med, yerr=[med - lo, hi - med], capsize=2, marker="o", ms=3,
+                    color=PALETTE[1 + i], label=c.label)
+    ax.axhline(0, color=ON_POLICY_COLOR, lw=0.8)
+    ax.set(xscale="log", xticks=ks, xticklabels=[str(k) for k in ks], xlabel="k",
+           ylabel="pass@k gain over on-policy (final)", title=f"{loss}: diversity")
+    ax.legend(fontsize=7)
+    return save(fig, f"paired_passk_{loss}", out_dir)
+
+
+def histograms(results_dir, out_dir=None):
+    path = Path(results_dir) / "histograms.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(path)
+    with open(path) as fh:
+        recs = [json.loads(line) for line in fh if line.strip()]
+    axes_names = [("off_policiness", "off-policiness (steps)"),
+                  ("replay_ratio", "replay ratio (uses per rollout)"),
+                  ("steps_since_last_use", "steps since last use")]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.0))
+    for i, rec in enumerate(recs):
+        for ax, (key, title) in zip(axes, axes_names):
+            h = rec["histograms"][key]
+            new = h.pop("new", 0) if key == "steps_since_last_use" else 0
+            xs = np.array(sorted(int(k) for k in h))
+            counts = np.array([h[str(k)] if str(k) in h else h[k] for k in xs], dtype=float)
+            total = counts.sum() + new
+            ax.step(xs, counts / total, where="mid", color=PALETTE[(i + 1) % 8],
+                    label=rec["label"])
+            if new:
+                ax.plot([-1], [new / total], "o", color=PALETTE[(i + 1) % 8], ms=3)
+            ax.set(title=title, yscale="log")
+    axes[0].set_ylabel("fraction")
+    axes[2].set_xlabel("(dot at -1: first use)")
+    axes[1].legend(fontsize=6.5)
+    return save(fig, "paired_histograms", out_dir)
+
+
+def main(out_dir=None, results_dir=RESULTS) -> list:
+    """Write every paired figure from the saved results; returns the paths."""
+    runs = load_runs(os.path.join(results_dir, "curves.jsonl"))
+    mus = _mus(runs, results_dir)
+    paths = []
+    for loss in sorted({r.get("trainer.loss") for r in runs}):
+        paths += accuracy_vs_compute(runs, mus, out_dir, loss)
+        paths += heatmaps(runs, mus, results_dir, out_dir, loss)
+        paths += pareto(runs, mus[-1], out_dir, loss)
+        paths += passk(runs, mus[-1], out_dir, loss)
+    paths += histograms(results_dir, out_dir)
+    return paths
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=str(RESULTS), help="compact results folder")
+    p.add_argument("--out", help="output folder (default figures/out)")
+    a = p.parse_args()
+    for path in main(a.out, a.results):
+        print(path)

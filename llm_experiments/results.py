@@ -1,0 +1,169 @@
+"""Sweep results as learning curves: compaction for git, loading, per-run and per-cell scores.
+
+A sweep folder (``sweep.py``) holds every run's full ``metrics.jsonl``; ``compact_sweep``
+keeps what the analysis and the figures read (eval points, a thinned training curve, the
+summary) in one ``curves.jsonl`` small enough to commit. ``load_runs`` reads it back as
+``Run`` objects. Compute is accounted afterwards for any mu, in trainer-update units
+(theory.md section 3): ``compute = steps + mu * samples_generated / B``, exact for the
+synchronous and on-policy schedules (their dynamics do not depend on mu).
+
+A *cell* is a run's settings without the seed and the learning rate; the best learning rate is
+chosen per cell (as the paper's Pareto frontiers do).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from replaytheory.analysis import compute_to_target, tail_mean
+from replaytheory.io import atomic_write
+
+SEED_KEY, LR_KEY = "run.seed", "trainer.lr"
+EVAL_KEYS = ("eval_accuracy", "pass@1", "pass@2", "pass@4", "pass@8", "pass@16")
+TRAIN_KEYS = ("train_reward", "entropy", "staleness_mean", "replay_ratio_mean",
+              "steps_since_last_use_mean", "clip_fraction", "approx_kl", "is_ess", "grad_norm")
+TRAIN_EVERY = 5  # keep every 5th step of the training curves
+
+
+@dataclass
+class Run:
+    """One finished run: its settings, eval curve, thinned training curve and summary."""
+
+    run_id: str
+    settings: dict
+    batch_size: int
+    eval: dict[str, np.ndarray]
+    train: dict[str, np.ndarray]
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def cell(self) -> tuple:
+        """Settings without seed and learning rate, as a hashable sorted tuple."""
+        return tuple(sorted((k, v) for k, v in self.settings.items()
+                            if k not in (SEED_KEY, LR_KEY)))
+
+    @property
+    def seed(self) -> int:
+        return int(self.settings.get(SEED_KEY, 0))
+
+    @property
+    def lr(self) -> float:
+        return float(self.settings.get(LR_KEY, math.nan))
+
+    def get(self, key, default=None):
+        """A setting of this run (e.g. "buffer.horizon")."""
+        return self.settings.get(key, default)
+
+    def compute(self, mu: float, where: str = "eval") -> np.ndarray:
+        """Compute spent up to each logged point, in trainer updates, for this mu."""
+        d = self.eval if where == "eval" else self.train
+        return d["step"] + mu * d["samples_generated"] / self.batch_size
+
+    def compute_to_target(self, mu: float, target: float) -> float:
+        """Compute (interpolated between evaluations) to first reach accuracy ``target``."""
+        return compute_to_target(self.compute(mu), self.eval["eval_accuracy"], target,
+                                 interpolate=True)
+
+    def tail_accuracy(self, fraction: float = 0.25) -> float:
+        """Mean eval accuracy over the last ``fraction`` of the run's steps."""
+        return tail_mean(self.eval["step"], self.eval["eval_accuracy"], fraction)
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    rows = []
+    with open(path) as fh:
+        for line in fh:
+            line = line.strip()
+            if line:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:  # a line cut by a kill; the run was resumed
+                    continue
+    return rows
+
+
+def _columns(records: list[dict], keys) -> dict[str, list]:
+    return {k: [r.get(k) for r in records] for k in keys}
+
+
+def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
+    """One run folder as a compact record (eval points, every 5th step, summary)."""
+    records = _read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+    with open(os.path.join(run_dir, "summary.json")) as fh:
+        summary = json.load(fh)
+    with open(os.path.join(run_dir, "config.yaml")) as fh:
+        import yaml
+        cfg = yaml.safe_load(fh)
+    # A record of step t evaluates theta_t before step t's rollouts are made but logs the
+    # counters after them: the compute spent before the evaluation excludes those rollouts.
+    evals = [{**r, "samples_generated": r["samples_generated"] - (r.get("new_rollouts") or 0)}
+             for r in records if r.get("eval_accuracy") is not None]
+    train = [r for r in records if r["step"] % TRAIN_EVERY == 0]
+    base = ("step", "samples_generated", "samples_consumed")
+    return {"run_id": run_id, "settings": settings,
+            "batch_size": cfg["schedule"]["batch_size"],
+            "eval": _columns(evals, base + EVAL_KEYS),
+            "train": _columns(train, base + TRAIN_KEYS),
+            "summary": summary}
+
+
+def compact_sweep(sweep_dir: str, out_path: str) -> int:
+    """Write ``curves.jsonl`` for every finished run of a sweep folder; returns the count."""
+    with open(os.path.join(sweep_dir, "sweep.json")) as fh:
+        runs = json.load(fh)["runs"]
+    lines = []
+    for r in runs:
+        run_dir = os.path.join(sweep_dir, "runs", r["run_id"])
+        if os.path.exists(os.path.join(run_dir, "summary.json")):
+            lines.append(json.dumps(compact_run(run_dir, r["run_id"], r["overrides"])))
+    atomic_write(out_path, lambda fh: fh.write("\n".join(lines) + "\n"))
+    return len(lines)
+
+
+def _arrays(d: dict) -> dict[str, np.ndarray]:
+    return {k: np.array([np.nan if x is None else x for x in col], dtype=float)
+            for k, col in d.items()}
+
+
+def load_runs(path: str, **where) -> list[Run]:
+    """Runs of a ``curves.jsonl``, optionally only those whose settings match ``where``
+    (keys with dots written with double underscores: ``trainer__loss="grpo"``)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    want = {k.replace("__", "."): v for k, v in where.items()}
+    out = []
+    for rec in _read_jsonl(path):
+        if any(rec["settings"].get(k) != v for k, v in want.items()):
+            continue
+        out.append(Run(rec["run_id"], rec["settings"], int(rec["batch_size"]),
+                       _arrays(rec["eval"]), _arrays(rec["train"]), rec.get("summary", {})))
+    return out
+
+
+def by_cell(runs: list[Run]) -> dict[tuple, list[Run]]:
+    """Runs grouped by cell, in first-seen order."""
+    out: dict[tuple, list[Run]] = {}
+    for r in runs:
+        out.setdefault(r.cell, []).append(r)
+    return out
+
+
+def score_table(runs: list[Run], score) -> tuple[list[tuple], list[float], list[int], np.ndarray]:
+    """Scores as an array (cells, learning rates, seeds) for ``split_half_spearman`` & co.
+
+    Args: runs; score: a function Run -> float. Missing runs are NaN.
+    Returns: (cells, lrs, seeds, array).
+    """
+    cells = list(by_cell(runs))
+    lrs = sorted({r.lr for r in runs})
+    seeds = sorted({r.seed for r in runs})
+    table = np.full((len(cells), len(lrs), len(seeds)), np.nan)
+    index = {c: i for i, c in enumerate(cells)}
+    for r in runs:
+        table[index[r.cell], lrs.index(r.lr), seeds.index(r.seed)] = score(r)
+    return cells, lrs, seeds, table
