@@ -17,6 +17,9 @@ from .design import (Design, FiniteLRDesign, finite_lr_design, k_function, objec
                      profile_objective)
 from .noise import ConstantNoise, NoiseModel, PowerLawNoise, TabulatedNoise, noise_from_dict
 from .pipeline_sim import PipelineResult, simulate_pipeline
+from .replay_sim import ReplayResult, simulate_replay
+from .sim_quadratic import QuadraticProblem
+from .sim_tabular import TabularProblem
 
 __version__ = "0.1.0"
 
@@ -28,5 +31,6 @@ __all__ = [
     "k_function", "mu_from_costs", "noise_from_dict", "objective", "objective_rbn",
     "optimal_config", "optimal_design", "optimal_replay_ratio", "paper_gamma_tables",
     "power_law_optimum", "profile_objective", "step_size_limit", "variance_terms",
-    "PipelineResult", "simulate_pipeline",
+    "PipelineResult", "QuadraticProblem", "ReplayResult", "TabularProblem",
+    "simulate_pipeline", "simulate_replay",
 ]
