@@ -16,6 +16,8 @@ from .design import (Design, FiniteLRDesign, finite_lr_design, k_function, objec
                      objective_rbn, optimal_design, optimal_replay_ratio, power_law_optimum,
                      profile_objective)
 from .noise import ConstantNoise, NoiseModel, PowerLawNoise, TabulatedNoise, noise_from_dict
+from .calibrate import (Calibration, calibrate, check_decomposition, fit_bias, fit_coupling,
+                        fit_noise_model)
 from .pipeline_sim import PipelineResult, simulate_pipeline
 from .replay_sim import ReplayResult, simulate_replay
 from .sim_quadratic import QuadraticProblem
@@ -31,6 +33,7 @@ __all__ = [
     "k_function", "mu_from_costs", "noise_from_dict", "objective", "objective_rbn",
     "optimal_config", "optimal_design", "optimal_replay_ratio", "paper_gamma_tables",
     "power_law_optimum", "profile_objective", "step_size_limit", "variance_terms",
-    "PipelineResult", "QuadraticProblem", "ReplayResult", "TabularProblem",
+    "Calibration", "PipelineResult", "QuadraticProblem", "ReplayResult", "TabularProblem",
+    "calibrate", "check_decomposition", "fit_bias", "fit_coupling", "fit_noise_model",
     "simulate_pipeline", "simulate_replay",
 ]

@@ -103,6 +103,9 @@ class ProbeSet:
         tables = {}
         for name in SCHEMA:
             a, b = self.tables[name], other.tables[name]
+            if not other.n_rows(name) or not self.n_rows(name):  # keep the extra columns
+                tables[name] = dict(a if self.n_rows(name) else b)
+                continue
             cols = [c for c in a if c in b]
             tables[name] = {c: np.concatenate([a[c], b[c]]) for c in cols}
         return ProbeSet(tables, {**self.counts, **other.counts})
