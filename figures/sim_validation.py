@@ -40,6 +40,7 @@ def _edges(values: np.ndarray) -> np.ndarray:
 def draw_heatmaps(grid: dict, out_dir: str | None = None) -> list[str]:
     """One panel per mu: loss at budget / best loss over (x, y), predictions marked."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     style.apply()
     xs, ys = np.array(grid["horizon"]), np.array(grid["replay_ratio"])
@@ -55,6 +56,11 @@ def draw_heatmaps(grid: dict, out_dir: str | None = None) -> list[str]:
                              vmax=max(0.3, float(np.nanpercentile(img, 90))))
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(ux[:: max(1, ux.size // 6)])
+        ax.set_yticks(uy[:: max(1, uy.size // 6)])
         ax.plot(xs[best], ys[best], marker="*", color="white", ms=12, mec="black",
                 ls="none", label="best cell")
         for design, pred in grid["predictions"][m].items():
@@ -66,8 +72,9 @@ def draw_heatmaps(grid: dict, out_dir: str | None = None) -> list[str]:
         ax.set_xlabel("horizon x = N/R (steps)")
         ax.set_ylabel("replay ratio y = B/R")
         fig.colorbar(mesh, ax=ax, label="log10 loss / best")
-    axes[0][0].legend(loc="upper left", framealpha=0.8)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return style.save(fig, f"sim_validation_{grid['label']}", out_dir)
 
 

@@ -109,6 +109,32 @@ def _wls(x, y, w, through_origin: bool):
     return slope, my - slope * mx
 
 
+def _as_json(fit) -> dict:
+    """A fit dataclass as JSON-ready values: tuples and arrays become lists."""
+    def plain(val):
+        if isinstance(val, dict):
+            return {k: plain(x) for k, x in val.items()}
+        if isinstance(val, (tuple, np.ndarray)):
+            return np.asarray(val).tolist()
+        return val
+    return {k: plain(val) for k, val in fit.__dict__.items()}
+
+
+def _origin_line_test(slope, icpt, quantity: str, driver: str):
+    """Is y = b x (through the origin) supported: slope interval above 0, intercept interval
+    containing 0? ``slope``/``icpt`` hold the data's value then bootstrap replicates.
+    Returns (slope interval, intercept interval, reasons it is not)."""
+    s_int, i_int = _interval(slope[1:]), _interval(icpt[1:])
+    reasons = []
+    if not s_int[0] > 0:
+        reasons.append(f"the {quantity} does not grow with the {driver} (slope interval "
+                       f"[{s_int[0]:.3g}, {s_int[1]:.3g}] reaches 0)")
+    if not i_int[0] <= 0 <= i_int[1]:
+        reasons.append(f"the {quantity} at zero {driver} is not 0 (intercept interval "
+                       f"[{i_int[0]:.3g}, {i_int[1]:.3g}])")
+    return s_int, i_int, reasons
+
+
 def _r2(y, fitted, w) -> float:
     mean = np.sum(w * y) / np.sum(w)
     tot = np.sum(w * (y - mean) ** 2)
@@ -152,13 +178,10 @@ class NoiseFit:
     model: object = field(repr=False)
 
     def to_dict(self) -> dict:
-        return {"alpha": self.alpha, "alpha_interval": list(self.alpha_interval),
-                "tau": self.tau, "tau_interval": list(self.tau_interval), "r2": self.r2,
-                "chi2": self.chi2, "dof": self.dof, "p_value": self.p_value,
-                "power_law_ok": self.power_law_ok, "reason": self.reason,
-                "staleness_offset": self.staleness_offset,
-                "bins": {k: np.asarray(val).tolist() for k, val in self.bins.items()},
-                "model": self.model.to_dict()}
+        d = _as_json(self)
+        for key in ("tabulated", "power_law", "model"):
+            d[key] = None if d[key] is None else d[key].to_dict()
+        return d
 
 
 def _power_fit(s, means, w, offset):
@@ -300,10 +323,7 @@ class CouplingFit:
     by_gap: dict
 
     def to_dict(self) -> dict:
-        d = {k: (list(val) if isinstance(val, tuple) else val) for k, val in self.__dict__.items()
-             if k != "by_gap"}
-        d["by_gap"] = {k: np.asarray(val).tolist() for k, val in self.by_gap.items()}
-        return d
+        return _as_json(self)
 
 
 def fit_coupling(probes: ProbeSet, *, n_boot: int = 200, seed: int = 0,
@@ -345,14 +365,7 @@ def fit_coupling(probes: ProbeSet, *, n_boot: int = 200, seed: int = 0,
     slope, icpt = _wls(u, corr, pairs, through_origin=False)
     rho_eff = np.sum(pairs * corr * r, -1) / np.sum(pairs, -1)
     r2 = _r2(corr[0], rho_gap[0] * u, pairs[0])
-    s_int, i_int = _interval(slope[1:]), _interval(icpt[1:])
-    reasons = []
-    if not s_int[0] > 0:
-        reasons.append(f"the correlation does not grow with the gap (slope interval "
-                       f"[{s_int[0]:.3g}, {s_int[1]:.3g}] reaches 0)")
-    if not i_int[0] <= 0 <= i_int[1]:
-        reasons.append(f"the correlation at gap 0 is not 0 (intercept interval "
-                       f"[{i_int[0]:.3g}, {i_int[1]:.3g}])")
+    s_int, i_int, reasons = _origin_line_test(slope, icpt, "correlation", "gap")
     ok = not reasons
     pick = rho_gap if ok else rho_eff
     lo, hi = _interval(pick[1:])
@@ -396,10 +409,7 @@ class BiasFit:
     by_staleness: dict
 
     def to_dict(self) -> dict:
-        d = {k: (list(val) if isinstance(val, tuple) else val) for k, val in self.__dict__.items()
-             if k != "by_staleness"}
-        d["by_staleness"] = {k: np.asarray(val).tolist() for k, val in self.by_staleness.items()}
-        return d
+        return _as_json(self)
 
 
 def fit_bias(probes: ProbeSet, *, n_boot: int = 200, seed: int = 0,
@@ -440,14 +450,7 @@ def fit_bias(probes: ProbeSet, *, n_boot: int = 200, seed: int = 0,
     moving = d2_s[0] > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         env = np.nanmax(np.sqrt(np.clip(bias_s[:, moving], 0, None) / d2_s[:, moving]), -1)
-    s_int, i_int = _interval(slope[1:]), _interval(icpt[1:])
-    reasons = []
-    if not s_int[0] > 0:
-        reasons.append(f"the bias does not grow with the drift (slope interval "
-                       f"[{s_int[0]:.3g}, {s_int[1]:.3g}] reaches 0)")
-    if not i_int[0] <= 0 <= i_int[1]:
-        reasons.append(f"the bias does not vanish at zero drift (intercept interval "
-                       f"[{i_int[0]:.3g}, {i_int[1]:.3g}])")
+    s_int, i_int, reasons = _origin_line_test(slope, icpt, "squared bias", "drift")
     ok = not reasons
     kfit = np.sqrt(np.clip(k2, 0, None))
     pick = kfit if ok else env
@@ -483,8 +486,7 @@ class DecompositionCheck:
     holds: bool
 
     def to_dict(self) -> dict:
-        return {k: (list(val) if isinstance(val, tuple) else val)
-                for k, val in self.__dict__.items()}
+        return _as_json(self)
 
 
 def check_decomposition(probes: ProbeSet, rho: float, *, n_boot: int = 200, seed: int = 0,

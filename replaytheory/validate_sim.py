@@ -38,6 +38,7 @@ from .sim_quadratic import QuadraticProblem
 from .sim_tabular import TabularProblem
 
 DESIGNS = ("asymptotic", "finite_eta", "effective_coupling")
+NEAR_BEST = 0.02  # grid cells within this fraction of the best loss are listed as near-best
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ def _predict(spec: VariantSpec, cal, mu: float):
     b, x_max = spec.batch_size, float(max(spec.horizons))
     out = {}
     for design in DESIGNS:
-        note = ""
+        note, detail = "", {}
         if design == "finite_eta":
             d = cal.finite_lr_design(mu, batch_size=b, smoothness=spec.smoothness, f0=spec.f0,
                                      budget=spec.budget(mu) / b, horizon_range=(1.0, x_max),
@@ -240,6 +241,9 @@ def _predict(spec: VariantSpec, cal, mu: float):
             x, y = d.horizon, d.replay_ratio
             cell = _snap(spec, x, y)
             note = "; ".join(d.notes)
+            detail = {"lr": d.lr, "bound": d.bound.value, "descent": d.bound.descent,
+                      "bias_driven": d.bound.bias_driven,
+                      "smoothness_driven": d.bound.smoothness_driven}
         else:
             coupling = "theory" if design == "asymptotic" else "effective"
             dsg = cal.design(mu, coupling=coupling)
@@ -250,7 +254,8 @@ def _predict(spec: VariantSpec, cal, mu: float):
             else:
                 cell = _snap(spec, x, y)
             note = "; ".join(dsg.notes)
-        out[design] = {"continuous": (float(x), float(y)), "cell": cell, "note": note}
+        out[design] = {"continuous": (float(x), float(y)), "cell": cell, "note": note,
+                       "detail": detail}
     return out
 
 
@@ -345,6 +350,8 @@ def run_variant(spec: VariantSpec, mus, *, regret_factor: float, seed: int, out_
         preds.append({d: {"continuous": p["continuous"], "cell": list(p["cell"])}
                       for d, p in pred.items()})
         best_cell = tuple(int(c) for c in grid["cells"][k])
+        near = np.flatnonzero(losses <= (1 + NEAR_BEST) * losses[k])
+        near_best = [[float(grid["horizon"][i]), float(grid["replay_ratio"][i])] for i in near]
         envs = {best_cell: _envelope(spec, best_cell, mu, regret_factor, seed + 7)}
         target = envs[best_cell][2]  # the best cell's loss under the scoring protocol
         for design, p in pred.items():
@@ -365,9 +372,12 @@ def run_variant(spec: VariantSpec, mus, *, regret_factor: float, seed: int, out_
                    "horizon_ratio": (n / r) / float(best_x),
                    "predicted_continuous": list(p["continuous"]), "predicted_cell": list(cell),
                    "best_cell": list(best_cell), "best_loss": target,
-                   "best_loss_grid": float(losses[k]), "predicted_loss_at_budget": at_budget,
+                   "best_loss_grid": float(losses[k]), "near_best_cells": near_best,
+                   "predicted_loss_at_budget": at_budget,
                    "loss_ratio_at_budget": at_budget / target, "budget": spec.budget(mu),
-                   **fits, "design_notes": p["note"], "calibration_notes": list(cal.notes)}
+                   **fits, "design_notes": p["note"], "design_detail": p["detail"],
+                   "best_lr": float(grid["best_lr"][m][k]),
+                   "calibration_notes": list(cal.notes)}
             records.append(rec)
             log(f"  mu = {mu:g} {design:>18}: predicted (x, y) = ({n / r:.3g}, {b / r:.3g}), "
                 f"best ({best_x:.3g}, {best_y:.3g}), regret = "
