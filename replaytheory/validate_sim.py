@@ -15,8 +15,11 @@ policy with clipped and unclipped losses):
    (N, B, R), simulated up to ``regret_factor`` x C, and its regret is the extra compute it
    needs to reach the best cell's loss: C_needed / C - 1 (negative if it does better).
 
-``run_validation`` writes ``summary.json`` (one record per problem, loss, mu, design), the
-grid, calibrations and probes, the pipeline histograms of Fig. 2, and the figures.
+``run_validation`` writes ``summary.json`` (one record per problem, loss, mu, design; ``loss``
+is the tabular problem's policy-gradient loss and "quadratic" for the quadratic), the grid,
+calibrations and probes, the pipeline histograms of Fig. 2, and the figures. Beside the keys
+of issue 3 a record holds the integer cells, the loss ratio at the budget, the grid cells
+within 2% of the best, kappa, rho_gap and rho_eff, and the design's notes.
 """
 
 from __future__ import annotations
