@@ -475,7 +475,8 @@ class DecompositionCheck:
             over mean predicted V per group, with bootstrap 95% intervals.
         rho_v, rho_v_interval: the coupling implied by the measurements, R (V/sigma_bar^2 -
             1/B - 1/N), averaged over groups weighted by rows.
-        holds: every group's interval contains 1.
+        chi2, p_value: joint test of ratio = 1 in every group against the bootstrap errors.
+        holds: p_value >= 0.01.
     """
 
     cells: list
@@ -483,6 +484,8 @@ class DecompositionCheck:
     ratio_interval: list
     rho_v: float
     rho_v_interval: tuple[float, float]
+    chi2: float
+    p_value: float
     holds: bool
 
     def to_dict(self) -> dict:
@@ -516,10 +519,14 @@ def check_decomposition(probes: ProbeSet, rho: float, *, n_boot: int = 200, seed
         rows = wts @ sn
         rho_v = np.nansum(rows * rho_g, -1) / np.sum(np.where(np.isfinite(rho_g), rows, 0), -1)
     intervals = [_interval(ratio[1:, j]) for j in range(cells.shape[0])]
+    se = np.nanstd(ratio[1:], axis=0, ddof=1)
+    usable = np.isfinite(ratio[0]) & (se > 0)
+    chi2 = float(np.sum(((ratio[0][usable] - 1) / se[usable]) ** 2))
+    p_value = float(stats.chi2.sf(chi2, int(usable.sum()))) if usable.any() else math.nan
     return DecompositionCheck(cells=cells.astype(int).tolist(), ratio=ratio[0].tolist(),
                               ratio_interval=[list(i) for i in intervals],
                               rho_v=float(rho_v[0]), rho_v_interval=_interval(rho_v[1:]),
-                              holds=all(lo <= 1 <= hi for lo, hi in intervals))
+                              chi2=chi2, p_value=p_value, holds=p_value >= P_VALUE_MIN)
 
 
 # ---- the bundle --------------------------------------------------------------------------

@@ -316,6 +316,7 @@ def _fit_summary(cal) -> dict:
                    bias_cos_grad=cal.bias.mean_cos_grad)
     if cal.decomposition is not None:
         gof.update(decomposition_holds=cal.decomposition.holds,
+                   decomposition_p_value=cal.decomposition.p_value,
                    decomposition_rho_v=cal.decomposition.rho_v,
                    decomposition_ratio=cal.decomposition.ratio)
     return out
