@@ -40,7 +40,7 @@ def _edges(values: np.ndarray) -> np.ndarray:
 def draw_heatmaps(grid: dict, out_dir: str | None = None) -> list[str]:
     """One panel per mu: loss at budget / best loss over (x, y), predictions marked."""
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
     style.apply()
     xs, ys = np.array(grid["horizon"]), np.array(grid["replay_ratio"])
@@ -57,10 +57,10 @@ def draw_heatmaps(grid: dict, out_dir: str | None = None) -> list[str]:
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(ScalarFormatter())
+            axis.set_major_formatter(FormatStrFormatter("%.3g"))
             axis.set_minor_formatter(NullFormatter())
-        ax.set_xticks(ux[:: max(1, ux.size // 6)])
-        ax.set_yticks(uy[:: max(1, uy.size // 6)])
+        ax.set_xticks(ux[:: -(-ux.size // 6)])  # at most six labels per axis
+        ax.set_yticks(uy[:: -(-uy.size // 6)])
         ax.plot(xs[best], ys[best], marker="*", color="white", ms=12, mec="black",
                 ls="none", label="best cell")
         for design, pred in grid["predictions"][m].items():
