@@ -1,4 +1,4 @@
-"""One look for every figure: sizes, colours, and saving PNG + PDF into figures/out/."""
+"""One look for every figure, and the one way figures are saved (PNG + PDF, atomically)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use(os.environ.get("MPLBACKEND", "Agg"))
 import matplotlib.pyplot as plt  # noqa: E402
 
+from replaytheory.io import atomic_write  # noqa: E402
+
 OUT_DIR = Path(__file__).resolve().parent / "out"
 
 # Colour-blind-safe palette (Okabe-Ito); on-policy is always the first colour.
@@ -18,22 +20,30 @@ PALETTE = ["#000000", "#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#C
 ON_POLICY_COLOR = PALETTE[0]
 SHADE = "#DDDDDD"
 
-plt.rcParams.update({
-    "figure.dpi": 110, "savefig.dpi": 150, "font.size": 9, "axes.titlesize": 10,
-    "axes.labelsize": 9, "legend.fontsize": 8, "axes.grid": True, "grid.alpha": 0.3,
-    "axes.spines.top": False, "axes.spines.right": False,
-    "axes.prop_cycle": matplotlib.cycler(color=PALETTE[1:]),
-})
+RC = {"figure.dpi": 110, "savefig.dpi": 150, "font.size": 9, "axes.titlesize": 9,
+      "axes.labelsize": 9, "legend.fontsize": 7, "xtick.labelsize": 8, "ytick.labelsize": 8,
+      "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
+      "axes.spines.right": False, "axes.prop_cycle": matplotlib.cycler(color=PALETTE[1:])}
+
+
+def apply() -> None:
+    """Set the shared rcParams (done on import; call again after a style change)."""
+    matplotlib.rcParams.update(RC)
+
+
+apply()
 
 
 def save(fig, name: str, out_dir: str | os.PathLike | None = None) -> list[Path]:
-    """Write ``name``.png and ``name``.pdf into ``out_dir`` (default figures/out/); close fig."""
+    """Write ``name``.png and ``name``.pdf into ``out_dir`` (default figures/out/), atomically,
+    then close the figure. Returns the paths written."""
     out = Path(out_dir) if out_dir is not None else OUT_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.pdf"]
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    for p in paths:
-        fig.savefig(p)
+    paths = []
+    for ext in ("png", "pdf"):
+        path = out / f"{name}.{ext}"
+        atomic_write(str(path), lambda fh, e=ext: fig.savefig(fh, format=e), binary=True)
+        paths.append(path)
     plt.close(fig)
     return paths

@@ -2,8 +2,9 @@
 
 Implements ``theory.md`` (Arnal et al., ICML 2026): the compute model (section 3), staleness
 noise models and the convergence bound (section 4), the optimal buffer design (section 5) and
-a calculator that turns costs and constraints into a concrete configuration.
-numpy + scipy only.
+a calculator that turns costs and constraints into a concrete configuration; simulators of the
+asynchronous pipeline (sections 1-2) and of the synchronous replay process (section 4), and
+the calibration of sigma, rho, kappa from probe measurements. numpy + scipy only.
 """
 
 from .bound import (BoundConditionError, BoundResult, VarianceTerms, convergence_bound,
@@ -15,6 +16,12 @@ from .design import (Design, FiniteLRDesign, finite_lr_design, k_function, objec
                      objective_rbn, optimal_design, optimal_horizon, optimal_replay_ratio,
                      power_law_optimum, profile_objective)
 from .noise import ConstantNoise, NoiseModel, PowerLawNoise, TabulatedNoise, noise_from_dict
+from .calibrate import (Calibration, calibrate, check_decomposition, fit_bias, fit_coupling,
+                        fit_noise_model)
+from .pipeline_sim import PipelineResult, simulate_pipeline
+from .replay_sim import ReplayResult, simulate_replay
+from .sim_quadratic import QuadraticProblem
+from .sim_tabular import TabularProblem
 
 __version__ = "0.1.0"
 
@@ -27,4 +34,7 @@ __all__ = [
     "optimal_config", "optimal_design", "optimal_horizon", "optimal_replay_ratio",
     "paper_gamma_tables",
     "power_law_optimum", "profile_objective", "step_size_limit", "variance_terms",
+    "Calibration", "PipelineResult", "QuadraticProblem", "ReplayResult", "TabularProblem",
+    "calibrate", "check_decomposition", "fit_bias", "fit_coupling", "fit_noise_model",
+    "simulate_pipeline", "simulate_replay",
 ]

@@ -274,3 +274,25 @@ class ReplayIndex:
                                    ("item_id", "step", "staleness", "since_last_use")], 1)]
         buf._final_uses = [int(x) for x in state["final_uses"]]
         return buf
+
+
+def sync_fifo_slots(step: int, rollouts_per_step: int, capacity) -> np.ndarray:
+    """Ring slots that receive the R rollouts of ``step`` in the synchronous FIFO (section 4).
+
+    A FIFO of capacity N fed R <= N rollouts per step is a ring: the j-th rollout of step t
+    goes to slot (t R + j) mod N, overwriting the oldest one, so the slots hold exactly what
+    ``ReplayIndex(N)`` holds after the same ``add`` calls. Vectorised over ``capacity`` (one
+    N per simulated run) for the synchronous simulator (``replay_sim``).
+
+    Args:
+        step: t >= 0. rollouts_per_step: R >= 1. capacity: N per run (array of ints >= R).
+    Returns:
+        int array of shape (len(capacity), R).
+    """
+    r = v.integer("rollouts_per_step", rollouts_per_step, 1)
+    caps = np.atleast_1d(np.asarray(capacity, dtype=np.int64))
+    if np.any(caps < r):
+        raise ValueError(f"capacity must be >= rollouts_per_step ({r}) in every run, "
+                         f"got {int(caps.min())}")
+    first = v.integer("step", step, 0) * r
+    return (first + np.arange(r, dtype=np.int64))[None, :] % caps[:, None]

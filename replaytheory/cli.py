@@ -1,4 +1,4 @@
-"""Command line: ``replaytheory optimal | design | gamma`` (also ``python -m replaytheory``).
+"""Command line: ``replaytheory optimal | design | gamma | validate-sim`` (also ``python -m replaytheory``).
 
 Bad input is reported as one line on stderr with exit status 2, never a traceback.
 """
@@ -156,6 +156,18 @@ def _cmd_gamma(args) -> int:
     return 0
 
 
+def _cmd_validate_sim(args) -> int:
+    from dataclasses import replace
+
+    from .validate_sim import preset, run_validation
+
+    settings = replace(preset(args.preset), seed=args.seed)
+    records = run_validation(args.out, settings, figures=not args.no_figures,
+                             log=lambda msg: print(msg, flush=True))
+    print(f"wrote {len(records)} records to {args.out}/summary.json")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
     p = _Parser(prog="replaytheory", description=__doc__.splitlines()[0])
@@ -187,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpus", type=int)
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=_cmd_gamma)
+
+    s = sub.add_parser("validate-sim", help="simulate, calibrate and check the predicted "
+                                            "optimum (issue 3)")
+    s.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    s.add_argument("--preset", choices=("tiny", "small", "full"), default="small",
+                   help="simulation size: small (default, minutes on 2 cores), full, tiny")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--no-figures", action="store_true", help="skip the figures")
+    s.set_defaults(func=_cmd_validate_sim)
     return p
 
 

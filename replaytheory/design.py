@@ -497,7 +497,8 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
     eta = float(eta)
     r = b / y
     steps = budget / (1 + mu / y)
-    result = convergence_bound(buffer_size=x * r, batch_size=b, rollouts_per_step=r, lr=eta,
+    n = max(x * r, float(b))  # the optimum may sit on N = B, where x r rounds below B
+    result = convergence_bound(buffer_size=n, batch_size=b, rollouts_per_step=r, lr=eta,
                                smoothness=big_l, kappa=kappa, f0=f0, steps=steps, rho=rho,
                                noise=noise, average=avg)
     on_val, _ = evaluate(1.0, 1.0)
@@ -510,7 +511,7 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
     if lr is None and eta >= step_size_limit(x * r, r, big_l, kappa) * (1 - 1e-6):
         notes.append("the best step size sits on the Theorem's admissible limit")
     return FiniteLRDesign(horizon=x, replay_ratio=y, lr=eta, batch_size=b,
-                          rollouts_per_step=r, buffer_size=x * r, steps=steps, bound=result,
+                          rollouts_per_step=r, buffer_size=n, steps=steps, bound=result,
                           on_policy_bound=on_val,
                           bound_ratio=result.value / on_val if np.isfinite(on_val) else math.nan,
                           asymptotic=optimal_design(mu, rho, noise, average=avg),

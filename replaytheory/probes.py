@@ -15,16 +15,22 @@ Tables and columns (units in brackets; every table may carry extra columns, kept
 ``coupling``: one row per (probe, insertion gap) aggregate of sample pairs.
     probe_step, gap [|t_i - t_j| in steps], n_pairs, mean_inner [mean <eps_i, eps_j> over the
     pairs, noise measured against g_ref], mean_sq [mean ||eps||^2 of the samples involved],
-    ref_sq_error, buffer_size [N], rollouts_per_step [R], unit.
+    ref_sq_error, buffer_size [N], rollouts_per_step [R], unit. Aggregate all pairs of
+    distinct buffer slots (or a uniform sample): the effective rho weights gaps by n_pairs.
 ``bias``: one row per (probe, staleness) aggregate.
     probe_step, staleness, drift, n_samples, mean_sq [||mean of eps over the samples||^2],
     noise_sq [mean ||eps||^2 of those samples], grad_sq [||g_ref||^2], cos_grad [cosine of the
     mean eps with g_ref], ref_sq_error, unit. The bias estimate is
-    mean_sq - noise_sq / n_samples (the variance of a mean removed).
+    (mean_sq - noise_sq / n_samples) / (1 - 1/n_samples) - ref_sq_error (the variance of a
+    mean of independent samples and the reference error removed).
 ``minibatch``: one row per measured training batch.
     probe_step, horizon [x = N/R], replay_ratio [y = B/R], batch_size [B], buffer_size [N],
     rollouts_per_step [R], sq_error [||g_t - g_ref||^2 of the actual minibatch gradient],
     ref_sq_error, sigma_bar2 [mean sq_noise of the buffer's samples at that probe].
+
+Any table may carry ``run`` [id of the run]: a probe is one (run, probe_step), the unit that
+``calibrate`` resamples in its bootstrap (rows of one probe share theta and g_ref).
+``probe_measure.measure_probe`` builds all four tables from one probe's noise vectors.
 
 ``counts`` (dict of numbers): unique_rollouts, samples_consumed, workers, trainers, and
 optionally mu_measured, mu_accounting, steps.
@@ -103,6 +109,9 @@ class ProbeSet:
         tables = {}
         for name in SCHEMA:
             a, b = self.tables[name], other.tables[name]
+            if not other.n_rows(name) or not self.n_rows(name):  # keep the extra columns
+                tables[name] = dict(a if self.n_rows(name) else b)
+                continue
             cols = [c for c in a if c in b]
             tables[name] = {c: np.concatenate([a[c], b[c]]) for c in cols}
         return ProbeSet(tables, {**self.counts, **other.counts})

@@ -1,0 +1,152 @@
+"""Turn the per-sample noise vectors measured at one probe into ``ProbeSet`` rows.
+
+At a probe (trainer step t) a run knows, for every rollout i in its buffer, the per-sample
+gradient G(theta_t, z_i) and a reference g_ref for grad F(theta_t); the noise measured is
+e_i = G(theta_t, z_i) - g_ref (theory.md section 4, eps_{t,i}, plus the reference's own error).
+This module aggregates those vectors into the four tables of ``probes`` (their columns are
+documented there): one noise row per sample, one coupling row per insertion gap (all pairs
+of distinct buffer slots, so ``n_pairs`` follows the buffer's own pair distribution), one
+bias row per staleness, one minibatch row for the batch actually drawn. Shared by the
+simulators; the LLM harness may call it with its own vectors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _validate as v
+from .probes import SCHEMA, UNIT_SEQUENCE
+
+TABLES = tuple(SCHEMA)
+
+
+def measure_probe(noise, staleness, drift, g_ref, ref_sq_error: float, drawn, *,
+                  probe_step: int, buffer_size: int, rollouts_per_step: int,
+                  unit: int = UNIT_SEQUENCE, tables=TABLES) -> dict[str, dict[str, np.ndarray]]:
+    """Probe rows from one probe's noise vectors (section 4 quantities, ``probes`` layout).
+
+    Args:
+        noise: (n, D) array, e_i = G(theta_t, z_i) - g_ref for the n rollouts in the buffer.
+        staleness: (n,) integers >= 0, t minus the step that generated each rollout; rollouts
+            inserted at the same step share a staleness, so the insertion gap of a pair is
+            the difference of their staleness values.
+        drift: (n,) ||theta_t - theta_{t - s_i}|| per rollout (parameter-norm units, >= 0).
+        g_ref: (D,) the reference gradient. ref_sq_error: estimated ||g_ref - grad F||^2 >= 0.
+        drawn: slot indices (into ``noise``) of the minibatch drawn at this step, repeats
+            allowed; may be empty if no minibatch row is wanted.
+        probe_step: t. buffer_size: N. rollouts_per_step: R. unit: 0 sequence, 1 group.
+        tables: which tables to fill (any of "noise", "coupling", "bias", "minibatch").
+    Returns:
+        {table: {column: 1-d array}} with the required columns of each table asked for.
+    """
+    e = np.asarray(noise, dtype=float)
+    if e.ndim != 2 or e.shape[0] < 1:
+        raise ValueError(f"noise must be an (n, D) array with n >= 1, got shape {e.shape}")
+    n = e.shape[0]
+    stal = np.asarray(staleness, dtype=np.int64)
+    dr = np.asarray(drift, dtype=float)
+    if stal.shape != (n,) or dr.shape != (n,):
+        raise ValueError(f"staleness and drift must have shape ({n},), got {stal.shape} and "
+                         f"{dr.shape}")
+    if np.any(stal < 0):
+        raise ValueError("staleness must be >= 0 everywhere")
+    g = np.asarray(g_ref, dtype=float)
+    ref_err = v.nonnegative("ref_sq_error", ref_sq_error)
+    n_buf = v.integer("buffer_size", buffer_size, 1)
+    r = v.integer("rollouts_per_step", rollouts_per_step, 1)
+    for name in tables:
+        v.choice("tables", name, TABLES)
+
+    sq = np.einsum("ij,ij->i", e, e)
+    h = int(stal.max()) + 1
+    counts = np.bincount(stal, minlength=h).astype(float)
+    sums = np.zeros((h, e.shape[1]))
+    np.add.at(sums, stal, e)
+    sq_by = np.bincount(stal, weights=sq, minlength=h)
+    out: dict[str, dict[str, np.ndarray]] = {}
+
+    if "noise" in tables:
+        out["noise"] = {"probe_step": np.full(n, probe_step, float), "staleness": stal.astype(float),
+                        "drift": dr, "sq_noise": sq, "ref_sq_error": np.full(n, ref_err),
+                        "unit": np.full(n, unit, float)}
+
+    if "coupling" in tables:
+        # Ordered pairs of distinct slots, aggregated by |staleness difference| through
+        # per-staleness sums: sum_{i in a, j in b} <e_i, e_j> = <S_a, S_b>.
+        gram = sums @ sums.T
+        a, b = np.indices((h, h))
+        gap = np.abs(a - b).ravel()
+        pairs = np.outer(counts, counts).ravel()
+        inner = gram.ravel()
+        sqsum = ((sq_by[:, None] * counts[None, :] + counts[:, None] * sq_by[None, :]) / 2).ravel()
+        same = np.arange(h)
+        pairs_g = np.bincount(gap, weights=pairs, minlength=h)
+        inner_g = np.bincount(gap, weights=inner, minlength=h)
+        sq_g = np.bincount(gap, weights=sqsum, minlength=h)
+        pairs_g[0] -= counts[same].sum()
+        inner_g[0] -= sq_by.sum()
+        sq_g[0] -= sq_by.sum()
+        keep = pairs_g > 0
+        k = int(keep.sum())
+        out["coupling"] = {
+            "probe_step": np.full(k, probe_step, float), "gap": np.flatnonzero(keep).astype(float),
+            "n_pairs": pairs_g[keep] / 2, "mean_inner": inner_g[keep] / pairs_g[keep],
+            "mean_sq": sq_g[keep] / pairs_g[keep], "ref_sq_error": np.full(k, ref_err),
+            "buffer_size": np.full(k, n_buf, float), "rollouts_per_step": np.full(k, r, float),
+            "unit": np.full(k, unit, float)}
+
+    if "bias" in tables:
+        ok = counts >= 2
+        mean_vec = sums[ok] / counts[ok, None]
+        drift_by = np.bincount(stal, weights=dr, minlength=h)[ok] / counts[ok]
+        g_norm = float(np.linalg.norm(g))
+        m_norm = np.linalg.norm(mean_vec, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cos = np.where((m_norm > 0) & (g_norm > 0), mean_vec @ g / (m_norm * g_norm), 0.0)
+        k = int(ok.sum())
+        out["bias"] = {"probe_step": np.full(k, probe_step, float),
+                       "staleness": np.flatnonzero(ok).astype(float), "drift": drift_by,
+                       "n_samples": counts[ok], "mean_sq": m_norm**2,
+                       "noise_sq": sq_by[ok] / counts[ok], "grad_sq": np.full(k, g_norm**2),
+                       "cos_grad": cos, "ref_sq_error": np.full(k, ref_err),
+                       "unit": np.full(k, unit, float)}
+
+    if "minibatch" in tables:
+        idx = np.asarray(drawn, dtype=np.int64)
+        if idx.size == 0:
+            raise ValueError("drawn must hold the minibatch's slot indices for a minibatch row")
+        if np.any((idx < 0) | (idx >= n)):
+            raise ValueError(f"drawn indices must be in [0, {n - 1}]")
+        err = e[idx].mean(axis=0)
+        b = idx.size
+        out["minibatch"] = {"probe_step": np.array([probe_step], float),
+                            "horizon": np.array([n_buf / r]), "replay_ratio": np.array([b / r]),
+                            "batch_size": np.array([b], float),
+                            "buffer_size": np.array([n_buf], float),
+                            "rollouts_per_step": np.array([r], float),
+                            "sq_error": np.array([float(err @ err)]),
+                            "ref_sq_error": np.array([ref_err]),
+                            "sigma_bar2": np.array([float(sq.mean())])}
+    return out
+
+
+def concat_rows(parts: list[dict[str, dict[str, np.ndarray]]],
+                extra: list[dict[str, float]] | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """Stack the rows of several ``measure_probe`` results table by table.
+
+    ``extra``: per part, constant columns to add to each of its rows (e.g. a run id).
+    """
+    tables: dict[str, dict[str, list]] = {}
+    for i, part in enumerate(parts):
+        for name, cols in part.items():
+            rows = len(next(iter(cols.values())))
+            dest = tables.setdefault(name, {})
+            more = {} if extra is None else {k: np.full(rows, float(val))
+                                             for k, val in extra[i].items()}
+            for c, col in {**cols, **more}.items():
+                dest.setdefault(c, []).append(np.asarray(col, dtype=float))
+    return {name: {c: np.concatenate(cols) for c, cols in t.items()}
+            for name, t in tables.items()}
+
+
+__all__ = ["measure_probe", "concat_rows", "TABLES"]

@@ -1,0 +1,261 @@
+"""Synchronous replay process of theory.md section 4, simulated on problems with a known truth.
+
+Each step t of each run: (1) generate R rollouts with the current weights and insert them in
+a FIFO of capacity N (``buffer.sync_fifo_slots``); (2) draw B slots uniformly with replacement;
+(3) theta <- theta - eta * mean of the B per-sample gradients. Cost per step in sample units:
+B + mu R (section 4), so a compute budget C buys C / (B + mu R) steps.
+
+Problems: ``QuadraticProblem`` (assumptions A1-A3 hold by construction, sigma, rho, kappa set
+directly) and ``TabularProblem`` (softmax policy over K answers trained by group-normalised
+policy gradient with the harness's loss variants). Runs that share (B, R) are advanced
+together as arrays: every cell (N) x learning rate x seed of such a group is one row.
+
+Probes: in one run per cell (the ``probe_lr``-th learning rate, first seed) the simulator
+measures, every ``probe_every`` steps once the buffer is full, the four ``ProbeSet`` tables
+(``probe_measure``); every ``minibatch_every`` steps it measures the minibatch table only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _validate as v
+from .buffer import sync_fifo_slots
+from .probe_measure import concat_rows, measure_probe
+from .probes import ProbeSet
+from .sim_quadratic import QuadraticProblem
+from .sim_tabular import TabularProblem
+
+PROBLEMS = (QuadraticProblem, TabularProblem)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Loss curves and probes of ``simulate_replay``.
+
+    Attributes:
+        problem: the problem's parameters (``to_dict``).
+        cells: (n, 3) int array of (N, B, R). lrs: the step sizes. seeds: runs per (cell, lr).
+        steps: (n,) steps simulated per cell.
+        record_steps: steps after which the loss was recorded (0 = initial weights).
+        loss: (n, n_lr, seeds, n_rec) F(theta) per run (NaN past a cell's steps or where a
+            run diverged). loss_expected: the quadratic's E[F | draws] (same shape) or None.
+        probes: ``ProbeSet`` with the extra columns ``run`` (probed-run id) and ``cell``.
+        seconds: wall time of the simulation.
+    """
+
+    problem: dict
+    cells: np.ndarray
+    lrs: np.ndarray
+    seeds: int
+    steps: np.ndarray
+    record_steps: np.ndarray
+    loss: np.ndarray = field(repr=False)
+    loss_expected: np.ndarray | None = field(repr=False)
+    probes: ProbeSet = field(repr=False)
+    seconds: float = 0.0
+
+    @property
+    def horizon(self) -> np.ndarray:
+        """x = N / R per cell (steps)."""
+        return self.cells[:, 0] / self.cells[:, 2]
+
+    @property
+    def replay_ratio(self) -> np.ndarray:
+        """y = B / R per cell."""
+        return self.cells[:, 1] / self.cells[:, 2]
+
+    def cost_per_step(self, mu: float) -> np.ndarray:
+        """B + mu R per cell, in samples (section 4)."""
+        return self.cells[:, 1] + v.positive("mu", mu) * self.cells[:, 2]
+
+    def mean_loss(self, expected: bool | None = None) -> np.ndarray:
+        """(n, n_lr, n_rec) loss averaged over seeds (the expected loss where available)."""
+        use = self.loss_expected is not None if expected is None else expected
+        if use and self.loss_expected is None:
+            raise ValueError("expected=True needs a problem with an exact expected loss "
+                             "(the quadratic)")
+        data = self.loss_expected if use else self.loss
+        return data.mean(axis=2)
+
+    def loss_at_budget(self, mu: float, budget: float, expected: bool | None = None):
+        """(n, n_lr) seed-mean loss after budget / (B + mu R) steps (log-linear interpolation).
+
+        NaN where a cell was not simulated that far. ``budget`` in samples, > 0.
+        """
+        budget = v.positive("budget", budget)
+        at = budget / self.cost_per_step(mu)
+        return interpolate_curves(self.record_steps, self.mean_loss(expected), at)
+
+
+def interpolate_curves(x: np.ndarray, curves: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Values of ``curves`` (cells, lrs, points over ``x``) at x = ``at`` per cell.
+
+    Linear in log value between recorded points; NaN outside the recorded range.
+    """
+    out = np.full(curves.shape[:2], np.nan)
+    for i, target in enumerate(np.asarray(at, dtype=float)):
+        j = int(np.searchsorted(x, target))
+        if j >= x.size:
+            continue
+        if x[j] == target or j == 0:
+            out[i] = curves[i, :, j]
+            continue
+        frac = (target - x[j - 1]) / (x[j] - x[j - 1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lo, hi = np.log(curves[i, :, j - 1]), np.log(curves[i, :, j])
+            out[i] = np.exp(lo + frac * (hi - lo))
+    return out
+
+
+def _check_cells(problem, cells) -> np.ndarray:
+    arr = np.asarray(cells)
+    if arr.ndim != 2 or arr.shape[1] != 3 or arr.shape[0] < 1:
+        raise ValueError(f"cells must be a list of (N, B, R) triples, got shape {arr.shape}")
+    out = np.empty(arr.shape, dtype=np.int64)
+    for i, (n, b, r) in enumerate(arr):
+        b = v.integer(f"cells[{i}] batch_size B", b, 1)
+        n = v.integer(f"cells[{i}] buffer_size N", n, 1)
+        r = v.integer(f"cells[{i}] rollouts_per_step R", r, 1)
+        if n < b:
+            raise ValueError(f"cells[{i}] buffer_size N must be >= batch_size B ({b}): a "
+                             f"batch is drawn from the buffer; got N = {n}")
+        if r > n:
+            raise ValueError(f"cells[{i}] rollouts_per_step R must be in [1, N = {n}] (the "
+                             f"buffer holds at least one step's rollouts); got R = {r}")
+        problem.check_cell(n, b, r)
+        out[i] = (n, b, r)
+    return out
+
+
+def simulate_replay(problem, cells, *, steps, lrs, seeds: int = 1,
+                    record_every: int | None = None, probe_every: int = 0,
+                    minibatch_every: int = 0, probe_lr: int = 0, probe_start: int | None = None,
+                    seed: int = 0) -> ReplayResult:
+    """Run the synchronous process of section 4 for every (cell, lr, seed), vectorised.
+
+    Args:
+        problem: ``QuadraticProblem`` or ``TabularProblem``.
+        cells: sequence of (N, B, R) integer triples with 1 <= R <= N and B <= N.
+        steps: updates per cell, integer >= 1, or one per cell.
+        lrs: step sizes eta > 0 (each cell runs every one).
+        seeds: independent runs per (cell, lr), integer >= 1.
+        record_every: steps between loss records (default: about 200 records).
+        probe_every: steps between full probes (0 = none), taken once the buffer is full.
+        minibatch_every: steps between minibatch-only probes (0 = none).
+        probe_lr: index into ``lrs`` of the probed run of each cell.
+        probe_start: first probe step (default: the step the cell's buffer fills).
+        seed: seed of the random streams.
+
+    Returns:
+        ``ReplayResult``. Loss of the quadratic: ||theta||^2 / 2; of the tabular problem:
+        mean_p (max_k q - E_pi q), the expected regret.
+    """
+    if not isinstance(problem, PROBLEMS):
+        raise ValueError(f"problem must be a QuadraticProblem or TabularProblem, got "
+                         f"{type(problem).__name__}")
+    cells = _check_cells(problem, cells)
+    n_cells = cells.shape[0]
+    step_arr = np.broadcast_to(np.asarray(steps), (n_cells,))
+    step_arr = np.array([v.integer("steps", s, 1) for s in step_arr], dtype=np.int64)
+    lrs = v.finite_array("lrs", lrs)
+    if np.any(lrs <= 0):
+        raise ValueError(f"lrs must be > 0 everywhere, got {lrs.min()!r}")
+    seeds = v.integer("seeds", seeds, 1)
+    t_max = int(step_arr.max())
+    every = max(1, t_max // 200) if record_every is None else v.integer("record_every",
+                                                                         record_every, 1)
+    probe_every = v.integer("probe_every", probe_every, 0)
+    minibatch_every = v.integer("minibatch_every", minibatch_every, 0)
+    probe_lr = v.integer("probe_lr", probe_lr, 0, lrs.size - 1)
+    if probe_start is not None:
+        probe_start = v.integer("probe_start", probe_start, 0)
+    seed = v.integer("seed", seed, 0)
+    record = np.unique(np.concatenate([np.arange(0, t_max + 1, every), step_arr]))
+
+    expected = isinstance(problem, QuadraticProblem)
+    shape = (n_cells, lrs.size, seeds, record.size)
+    loss = np.full(shape, np.nan)
+    loss_exp = np.full(shape, np.nan) if expected else None
+    parts, extra = [], []
+    t0 = time.perf_counter()
+
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (_, b, r) in enumerate(cells):
+        groups.setdefault((int(b), int(r)), []).append(i)
+    for g_idx, ((b, r), members) in enumerate(groups.items()):
+        run_cell = np.repeat(members, lrs.size * seeds)
+        run_lr = np.tile(np.repeat(np.arange(lrs.size), seeds), len(members))
+        run_seed = np.tile(np.arange(seeds), len(members) * lrs.size)
+        caps = cells[run_cell, 0]
+        s = caps.size
+        rng = np.random.default_rng([seed, g_idx])
+        state = problem.start(caps, lrs[run_lr], b, r, rng)
+        ins = np.full((s, int(caps.max())), -1, dtype=np.int64)
+        rows = np.arange(s)[:, None]
+        probed = np.flatnonzero((run_lr == probe_lr) & (run_seed == 0)) \
+            if probe_every or minibatch_every else np.zeros(0, dtype=np.int64)
+        for run in probed:
+            state.track(int(run))
+        full_at = -(-caps // r) - 1
+        horizon_steps = int(step_arr[members].max())
+        k = 0
+        for t in range(horizon_steps + 1):
+            if k < record.size and record[k] == t:
+                _record(loss, loss_exp, state, t, k, run_cell, run_lr, run_seed)
+                k += 1
+            if t == horizon_steps:
+                break
+            slots = sync_fifo_slots(t, r, caps)
+            state.insert(t, slots)
+            ins[rows, slots] = t
+            filled = np.minimum((t + 1) * r, caps)
+            drawn = (rng.random((s, b)) * filled[:, None]).astype(np.int64)
+            stal = t - ins[rows, drawn]
+            full = probe_every and t % probe_every == 0
+            mini = minibatch_every and t % minibatch_every == 0
+            if full or mini:
+                tables = ("noise", "coupling", "bias", "minibatch") if full else ("minibatch",)
+                for run in probed:
+                    start = full_at[run] if probe_start is None else probe_start
+                    if t < start or t >= step_arr[run_cell[run]]:
+                        continue
+                    vec = state.probe(t, int(run), ins[run], drawn[run])
+                    parts.append(measure_probe(
+                        vec["noise"], vec["staleness"], vec["drift"], vec["g_ref"],
+                        vec["ref_sq_error"], drawn[run], probe_step=t,
+                        buffer_size=int(caps[run]), rollouts_per_step=r, tables=tables))
+                    extra.append({"run": g_idx * 1_000_000 + int(run),
+                                  "cell": int(run_cell[run])})
+            state.update(t, drawn, stal)
+        # Cells that stop earlier than their group: forget records past their own steps.
+        for i in members:
+            loss[i][..., record > step_arr[i]] = np.nan
+            if loss_exp is not None:
+                loss_exp[i][..., record > step_arr[i]] = np.nan
+
+    counts = {}
+    if n_cells == 1:
+        n, b, r = cells[0]
+        counts = {"unique_rollouts": float(step_arr[0] * r), "samples_consumed":
+                  float(step_arr[0] * b), "workers": 1.0, "trainers": 1.0,
+                  "steps": float(step_arr[0])}
+    probes = ProbeSet(concat_rows(parts, extra) if parts else {}, counts)
+    return ReplayResult(problem=problem.to_dict(), cells=cells, lrs=lrs, seeds=seeds,
+                        steps=step_arr, record_steps=record.astype(float), loss=loss,
+                        loss_expected=loss_exp, probes=probes,
+                        seconds=time.perf_counter() - t0)
+
+
+def _record(loss, loss_exp, state, t, k, run_cell, run_lr, run_seed):
+    val = state.loss(t)
+    loss[run_cell, run_lr, run_seed, k] = np.where(np.isfinite(val), val, np.nan)
+    if loss_exp is not None:
+        val = state.expected_loss(t)
+        loss_exp[run_cell, run_lr, run_seed, k] = np.where(np.isfinite(val), val, np.nan)
+
+
+__all__ = ["ReplayResult", "simulate_replay", "interpolate_curves"]
