@@ -1,29 +1,51 @@
 """Rebuild every figure from the code and the saved results: ``python -m figures.make_all``.
 
-Each figure module exposes ``main(out_dir) -> list[paths]``. A module whose saved results are
-missing raises ``FileNotFoundError``; it is reported and skipped so the others still build.
+Theory figures come from ``replaytheory`` directly; the simulation figures from the committed
+``results/sim_validation/`` (written by ``replaytheory validate-sim --preset full``); the
+paired figures from the committed ``results/cpu_sweep/``. A family whose saved results are
+missing is reported and skipped so the others still build.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from pathlib import Path
 
-MODULES = ["figures.theory"]
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def _theory(out):
+    from figures import theory
+    return theory.main(out)
+
+
+def _sim(out):
+    from figures import sim_validation
+    if not (RESULTS / "sim_validation" / "summary.json").exists():
+        raise FileNotFoundError(RESULTS / "sim_validation")
+    return sim_validation.draw_all(str(RESULTS / "sim_validation"), out)
+
+
+def _paired(out):
+    from figures import paired
+    return paired.main(out, RESULTS / "cpu_sweep")
+
+
+FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="output folder (default figures/out)")
+    p.add_argument("--only", choices=sorted(FAMILIES), action="append",
+                   help="build only these families (repeatable)")
     args = p.parse_args(argv)
-    missing = 0
-    for name in MODULES:
+    for name in args.only or FAMILIES:
         try:
-            paths = importlib.import_module(name).main(args.out)
+            paths = FAMILIES[name](args.out)
         except FileNotFoundError as exc:
             print(f"{name}: skipped, saved results not found ({exc})", file=sys.stderr)
-            missing += 1
             continue
         for path in paths:
             print(path)
