@@ -20,10 +20,17 @@ Every ``probe.every`` steps, at the current weights theta_t (before the update o
    uniforms (common random numbers) and average d = G(theta_t, z_s) - G(theta_t, z_0) over
    groups (method 1): E[d] is the bias of a rollout s steps stale, and pairing cuts the
    variance of the difference (``indep_noise_sq`` is the unpaired value, for comparison).
-5. Minibatch: ||g_t - g_ref||^2 of the actual training batch of step t.
+5. Minibatch: ||g_t - g_ref||^2 of the actual training batch of step t, and the change of the
+   reference gradient since the previous probe against the parameter drift since then (an
+   estimate of the smoothness L of section 4).
 
 All rows follow ``replaytheory.probes`` (extra columns: noise.source 0 buffer / 1 fresh,
-noise.insert_step, bias.method, bias.indep_noise_sq, 0 where not applicable). Probes draw
+noise.insert_step, noise.uses (earlier uses of the sample; under clipping noise depends on
+them), bias.method, bias.indep_noise_sq, minibatch.grad_sq (||g_ref||^2),
+minibatch.grad_change_sq (||g_ref - previous probe's g_ref||^2 with both reference errors
+removed), minibatch.drift_prev (||theta - previous probe's theta||); 0 where not
+applicable). Coupling rows count buffer_size and rollouts_per_step in the row's unit (groups
+of G for group rows). Probes draw
 from their own seeded stream and never write the model, its gradients, or the run's RNG.
 Their cost (seconds) is reported and bounded by the sizes in ``ProbeConfig``.
 """
@@ -43,7 +50,8 @@ from .losses import collate, flat_params, per_sample_grads, policy_loss, token_l
 from .samplers import WeightUpdate
 from .samplers.hf import HFSampler
 
-EXTRA = {"noise": ("source", "insert_step"), "bias": ("method", "indep_noise_sq")}
+EXTRA = {"noise": ("source", "insert_step", "uses"), "bias": ("method", "indep_noise_sq"),
+         "minibatch": ("grad_sq", "grad_change_sq", "drift_prev")}
 SOURCE_BUFFER, SOURCE_FRESH = 0, 1
 METHOD_BUFFER, METHOD_CRN = 0, 1
 
@@ -67,6 +75,8 @@ class Prober:
         self.rows: dict[str, list[dict]] = {name: [] for name in SCHEMA}
         self.seconds = 0.0
         self._ref = None  # (g_ref, ref_sq_error, sigma_bar2) of the current probe
+        self._prev = None  # (g_ref, ref_sq_error, theta) of the previous probe
+        self._smooth = (0.0, 0.0, 0.0)  # grad_sq, grad_change_sq, drift_prev of this probe
 
     # ---- bookkeeping --------------------------------------------------------------------------
 
@@ -79,12 +89,13 @@ class Prober:
         return set(sorted(versions)[-self.cfg.probe.max_snapshots:])
 
     def state_dict(self) -> dict:
-        """Rows measured so far and the probe seconds (for checkpoints)."""
-        return {"rows": self.rows, "seconds": self.seconds}
+        """Rows measured so far, the previous probe's reference and the probe seconds."""
+        return {"rows": self.rows, "seconds": self.seconds, "prev": self._prev}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a state saved by ``state_dict``."""
         self.rows, self.seconds = state["rows"], state["seconds"]
+        self._prev = state.get("prev")
 
     def probe_set(self) -> ProbeSet:
         """The rows so far as a ``replaytheory.probes.ProbeSet`` with the run counts."""
@@ -166,14 +177,22 @@ class Prober:
         ref_err, half_err = diff_sq / 4, diff_sq / 2
         grad_sq = _sq(g_ref)
 
+        if self._prev is None:
+            self._smooth = (grad_sq, 0.0, 0.0)
+        else:
+            prev_g, prev_err, prev_theta = self._prev
+            self._smooth = (grad_sq, _sq(g_ref - prev_g) - ref_err - prev_err,
+                            float((theta - prev_theta).double().norm()))
+        self._prev = (g_ref.detach().cpu().clone(), ref_err, theta.detach().cpu().clone())
+
         # Fresh samples of half 1, against the independent half 2.
         for gi in range(p.fresh_noise_groups):
             seq = self._seq_grads(fresh[gi])
             for row in seq:
                 self._noise(step, 0, 0.0, _sq(row - g2), half_err, UNIT_SEQUENCE,
-                            SOURCE_FRESH, step)
+                            SOURCE_FRESH, step, 0)
             self._noise(step, 0, 0.0, _sq(seq.mean(0) - g2), half_err, UNIT_GROUP,
-                        SOURCE_FRESH, step)
+                        SOURCE_FRESH, step, 0)
 
         buffer_seq_sq = self._buffer_samples(step, theta, g_ref, ref_err, grad_sq)
         self._crn_bias(step, theta, problems[:p.crn_groups], uniforms[:p.crn_groups * g],
@@ -182,10 +201,11 @@ class Prober:
         self._ref = (g_ref, ref_err, sigma_bar2)
         self.seconds += time.perf_counter() - t0
 
-    def _noise(self, step, staleness, drift, sq, ref_err, unit, source, insert_step):
+    def _noise(self, step, staleness, drift, sq, ref_err, unit, source, insert_step, uses):
         self.rows["noise"].append({"probe_step": step, "staleness": staleness, "drift": drift,
                                    "sq_noise": sq, "ref_sq_error": ref_err, "unit": unit,
-                                   "source": source, "insert_step": insert_step})
+                                   "source": source, "insert_step": insert_step,
+                                   "uses": uses})
 
     def _buffer_samples(self, step, theta, g_ref, ref_err, grad_sq) -> list[float]:
         """Noise, coupling and buffer-based bias rows; returns the sequences' sq noise."""
@@ -210,14 +230,15 @@ class Prober:
             eps = self._seq_grads(rs) - g_ref
             version = rs[0].version
             drift = self._drift(theta, version)
-            for row in eps:
+            uses = e.buffer.index.metadata([r.item_id for r in rs])["uses"]
+            for row, u in zip(eps, uses):
                 sq = _sq(row)
                 seq_sq.append(sq)
                 self._noise(step, step - version, drift, sq, ref_err, UNIT_SEQUENCE,
-                            SOURCE_BUFFER, insert[gid])
+                            SOURCE_BUFFER, insert[gid], int(u))
             ge = eps.mean(0)
             self._noise(step, step - version, drift, _sq(ge), ref_err, UNIT_GROUP,
-                        SOURCE_BUFFER, insert[gid])
+                        SOURCE_BUFFER, insert[gid], float(np.mean(uses)))
             seq_eps.append(eps)
             seq_group += [gid] * len(rs)
             group_eps.append(ge)
@@ -255,14 +276,17 @@ class Prober:
         keep = group[i] != group[j]
         i, j = i[keep], j[keep]
         gaps = np.abs(insert[i] - insert[j])
+        per = self.cfg.schedule.group_size if unit == UNIT_GROUP else 1
         for gap in np.unique(gaps):
             sel = gaps == gap
             self.rows["coupling"].append({
                 "probe_step": step, "gap": int(gap), "n_pairs": int(sel.sum()),
                 "mean_inner": float(gram[i[sel], j[sel]].mean()),
                 "mean_sq": float(((sq[i[sel]] + sq[j[sel]]) / 2).mean()),
-                "ref_sq_error": ref_err, "buffer_size": self.exp.buffer.index.capacity,
-                "rollouts_per_step": self.exp.production.rollouts_per_step, "unit": unit})
+                "ref_sq_error": ref_err,
+                "buffer_size": self.exp.buffer.index.capacity / per,
+                "rollouts_per_step": self.exp.production.rollouts_per_step / per,
+                "unit": unit})
 
     def _crn_bias(self, step, theta, problems, uniforms, fresh_g, g_ref, grad_sq) -> None:
         """Regenerate the same prompts with the same uniforms from old snapshots (method 1)."""
@@ -297,4 +321,5 @@ class Prober:
             "replay_ratio": sc.batch_size / r, "batch_size": sc.batch_size,
             "buffer_size": self.exp.buffer.index.capacity, "rollouts_per_step": r,
             "sq_error": _sq(grad.to(g_ref.device) - g_ref), "ref_sq_error": ref_err,
-            "sigma_bar2": sigma_bar2})
+            "sigma_bar2": sigma_bar2, "grad_sq": self._smooth[0],
+            "grad_change_sq": self._smooth[1], "drift_prev": self._smooth[2]})
