@@ -10,14 +10,14 @@ the calibration of sigma, rho, kappa from probe measurements. numpy + scipy only
 from .bound import (BoundConditionError, BoundResult, VarianceTerms, convergence_bound,
                     step_size_limit, variance_terms)
 from .calculator import Config, design_grid, optimal_config
-from .compute import (compute_ratio, cost_per_update, estimate_mu, expected_replay_ratio,
-                      gamma_table, generation_share, mu_from_costs, paper_gamma_tables)
-from .design import (Design, FiniteLRDesign, finite_lr_design, k_function, objective,
-                     objective_rbn, optimal_design, optimal_horizon, optimal_replay_ratio,
-                     power_law_optimum, profile_objective)
-from .noise import ConstantNoise, NoiseModel, PowerLawNoise, TabulatedNoise, noise_from_dict
 from .calibrate import (Calibration, calibrate, check_decomposition, fit_bias, fit_coupling,
                         fit_noise_model)
+from .compute import (compute_ratio, cost_per_update, estimate_mu, expected_replay_ratio,
+                      gamma_table, generation_share, mu_from_costs, paper_gamma_tables)
+from .design import (Design, FiniteLRDesign, finite_lr_design, finite_lr_objective,
+                     k_function, objective, objective_rbn, optimal_design, optimal_horizon,
+                     optimal_replay_ratio, power_law_optimum, profile_objective)
+from .noise import ConstantNoise, NoiseModel, PowerLawNoise, TabulatedNoise, noise_from_dict
 from .pipeline_sim import PipelineResult, simulate_pipeline
 from .replay_sim import ReplayResult, simulate_replay
 from .sim_quadratic import QuadraticProblem
@@ -26,15 +26,14 @@ from .sim_tabular import TabularProblem
 __version__ = "0.1.0"
 
 __all__ = [
-    "BoundConditionError", "BoundResult", "Config", "ConstantNoise", "Design",
-    "FiniteLRDesign", "NoiseModel", "PowerLawNoise", "TabulatedNoise", "VarianceTerms",
-    "compute_ratio", "convergence_bound", "cost_per_update", "design_grid", "estimate_mu",
-    "expected_replay_ratio", "finite_lr_design", "gamma_table", "generation_share",
-    "k_function", "mu_from_costs", "noise_from_dict", "objective", "objective_rbn",
-    "optimal_config", "optimal_design", "optimal_horizon", "optimal_replay_ratio",
-    "paper_gamma_tables",
-    "power_law_optimum", "profile_objective", "step_size_limit", "variance_terms",
-    "Calibration", "PipelineResult", "QuadraticProblem", "ReplayResult", "TabularProblem",
-    "calibrate", "check_decomposition", "fit_bias", "fit_coupling", "fit_noise_model",
-    "simulate_pipeline", "simulate_replay",
+    "BoundConditionError", "BoundResult", "Calibration", "Config", "ConstantNoise", "Design",
+    "FiniteLRDesign", "NoiseModel", "PipelineResult", "PowerLawNoise", "QuadraticProblem",
+    "ReplayResult", "TabularProblem", "TabulatedNoise", "VarianceTerms", "calibrate",
+    "check_decomposition", "compute_ratio", "convergence_bound", "cost_per_update",
+    "design_grid", "estimate_mu", "expected_replay_ratio", "finite_lr_design",
+    "finite_lr_objective", "fit_bias", "fit_coupling", "fit_noise_model", "gamma_table",
+    "generation_share", "k_function", "mu_from_costs", "noise_from_dict", "objective",
+    "objective_rbn", "optimal_config", "optimal_design", "optimal_horizon",
+    "optimal_replay_ratio", "paper_gamma_tables", "power_law_optimum", "profile_objective",
+    "simulate_pipeline", "simulate_replay", "step_size_limit", "variance_terms",
 ]

@@ -412,10 +412,57 @@ def _best_lr(descent_coef, lin_coef, quad_coef, limit):
     return np.minimum(eta, limit)
 
 
+def _finite_bound(x, y, mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr):
+    """(bound, eta) at (x, y) for batch b and the budget; eta optimal if lr is None."""
+    x, y = np.broadcast_arrays(np.asarray(x, float), np.asarray(y, float))
+    r = b / y
+    n = x * r
+    steps = budget / (1 + mu / y)
+    sb2 = noise.sigma_bar2(x, avg)
+    var = sb2 * (1 / b + 1 / n + rho / r)
+    limit = np.full(x.shape, (1 - 1e-9) / (2 * big_l))
+    if kappa > 0:
+        limit = np.minimum(limit, 1 / (2 * math.sqrt(2) * kappa * x))
+    if lr is None:
+        eta = _best_lr(12 * f0 / steps, 8 * big_l * var, 32 * x**2 * kappa**2 * var, limit)
+    else:
+        eta = np.full(x.shape, lr)
+    val = bound_value(n, b, r, eta, big_l, kappa, f0, steps, rho, sb2)
+    return np.where(y <= x, val, np.inf), eta  # N >= B: a batch is drawn from the buffer
+
+
+def finite_lr_objective(horizon, replay_ratio, *, mu: float, rho: float, noise: NoiseModel,
+                        batch_size: int, smoothness: float, kappa: float, f0: float,
+                        budget: float, lr: float | None = None,
+                        average: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The Theorem's bound at (x, y) for a fixed batch and budget (section 4), vectorised.
+
+    What ``finite_lr_design`` minimises: R = B/y, N = xR, budget / (1 + mu/y) updates, and
+    the step size optimal for each point inside the admissible range (or ``lr`` if given).
+    Points with y > x (N < B) or an inadmissible step size are +inf.
+
+    Args: as ``finite_lr_design``; horizon and replay_ratio broadcast (each > 0).
+    Returns: (bound values, step sizes used).
+    """
+    mu = v.positive("mu", mu)
+    rho = v.unit_interval("rho", rho)
+    _check_noise(noise)
+    b = v.integer("batch_size", batch_size, 1)
+    big_l = v.positive("smoothness", smoothness)
+    kappa = v.nonnegative("kappa", kappa)
+    f0 = v.nonnegative("f0", f0)
+    budget = v.positive("budget", budget)
+    if lr is not None:
+        lr = v.positive("lr", lr)
+    avg = noise.default_average if average is None else average
+    return _finite_bound(horizon, replay_ratio, mu, rho, noise, avg, b, big_l, kappa, f0,
+                         budget, lr)
+
+
 def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: int,
                      smoothness: float, kappa: float, f0: float, budget: float,
                      lr: float | None = None, average: str | None = None,
-                     horizon_range=(1e-2, 1e5), replay_range=(1e-2, 1e4)) -> FiniteLRDesign:
+                     horizon_range=(1.0, 1e5), replay_range=(1e-2, 1e4)) -> FiniteLRDesign:
     """Minimise the Theorem's full bound over (x, y) (and eta if ``lr`` is None), section 4.
 
     The asymptotic design drops the bias (kappa) term; at a fixed step size and budget it
@@ -431,7 +478,8 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
         lr: fixed step size > 0 (admissible points only: x <= 1/(2 sqrt2 kappa eta), and
             eta < 1/(2L) required), or None to optimise it for each (x, y).
         average: sigma_bar^2 average (model default if None).
-        horizon_range, replay_range: search boxes for x and y (positive, lo < hi).
+        horizon_range, replay_range: search boxes for x and y (positive, lo < hi); x starts
+            at 1 by default (a buffer smaller than one step of rollouts discards rollouts).
     Raises:
         BoundConditionError / ValueError: bad arguments, or no admissible point.
     """
@@ -456,21 +504,7 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
     avg = noise.default_average if average is None else average
 
     def evaluate(x, y):
-        x, y = np.broadcast_arrays(np.asarray(x, float), np.asarray(y, float))
-        r = b / y
-        n = x * r
-        steps = budget / (1 + mu / y)
-        sb2 = noise.sigma_bar2(x, avg)
-        var = sb2 * (1 / b + 1 / n + rho / r)
-        limit = np.full(x.shape, (1 - 1e-9) / (2 * big_l))
-        if kappa > 0:
-            limit = np.minimum(limit, 1 / (2 * math.sqrt(2) * kappa * x))
-        if lr is None:
-            eta = _best_lr(12 * f0 / steps, 8 * big_l * var, 32 * x**2 * kappa**2 * var, limit)
-        else:
-            eta = np.full(x.shape, lr)
-        val = bound_value(n, b, r, eta, big_l, kappa, f0, steps, rho, sb2)
-        return np.where(y <= x, val, np.inf), eta  # N >= B: a batch is drawn from the buffer
+        return _finite_bound(x, y, mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr)
 
     ux = np.linspace(math.log(x_lo), math.log(x_hi), 81)
     uy = np.linspace(math.log(y_lo), math.log(y_hi), 81)
@@ -521,4 +555,4 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
 __all__ = ["Design", "FiniteLRDesign", "objective", "objective_rbn", "optimal_replay_ratio",
            "optimal_horizon",
            "profile_objective", "k_function", "power_law_optimum", "optimal_design",
-           "finite_lr_design", "ON_POLICY", "REPLAY"]
+           "finite_lr_design", "finite_lr_objective", "ON_POLICY", "REPLAY"]
