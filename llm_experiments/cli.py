@@ -35,12 +35,21 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--spec", required=True, help="sweep spec (YAML)")
     sweep.add_argument("--out", required=True, help="sweep folder; rerun to continue it")
     sweep.add_argument("--workers", type=int, default=1, help="runs at a time (default 1)")
+    demo = sub.add_parser("demo", help="the main job: calibrate, predict, compare (see demo.py)")
+    demo.add_argument("--out", default="runs/demo", help="output folder (rerun to resume)")
+    demo.add_argument("--mu", type=float, default=6.84, help="accounting mu (default 6.84)")
+    demo.add_argument("--steps", type=int, default=150, help="steps per compared run")
+    demo.add_argument("--workers", type=int, default=2, help="runs at a time")
     return parser
 
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input)."""
     args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        from .demo import main as demo_main
+        return demo_main(["--out", args.out, "--mu", str(args.mu), "--steps", str(args.steps),
+                          "--workers", str(args.workers)])
     if args.command == "sweep":
         from .sweep import main as sweep_main
         return sweep_main(["--spec", args.spec, "--out", args.out,

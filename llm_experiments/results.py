@@ -167,3 +167,35 @@ def score_table(runs: list[Run], score) -> tuple[list[tuple], list[float], list[
     for r in runs:
         table[index[r.cell], lrs.index(r.lr), seeds.index(r.seed)] = score(r)
     return cells, lrs, seeds, table
+
+
+def _split_label(settings: dict) -> str:
+    w, t = settings.get("schedule.workers"), settings.get("schedule.trainers")
+    n = settings.get("buffer.capacity")
+    mode = settings.get("schedule.mode", "sync")
+    if mode == "on_policy":
+        return "on-policy"
+    if mode == "async":
+        return f"(W,T)=({w},{t}), N={n}"
+    return f"x={settings.get('buffer.horizon')}, y={settings.get('schedule.replay_ratio')}"
+
+
+def compact_histograms(sweep_dir: str, out_path: str) -> int:
+    """``histograms.jsonl``: per finished run, a label, its settings, the three histograms of
+    sample use (theory.md section 2) and the average replay ratio. Returns the count."""
+    with open(os.path.join(sweep_dir, "sweep.json")) as fh:
+        runs = json.load(fh)["runs"]
+    lines = []
+    for r in runs:
+        path = os.path.join(sweep_dir, "runs", r["run_id"], "summary.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as fh:
+            s = json.load(fh)
+        consumed, generated = s.get("samples_consumed"), s.get("samples_generated")
+        lines.append(json.dumps({
+            "label": _split_label(r["overrides"]), "settings": r["overrides"],
+            "histograms": s["histograms"],
+            "mean_replay_ratio": consumed / generated if generated else None}))
+    atomic_write(out_path, lambda fh: fh.write("\n".join(lines) + "\n"))
+    return len(lines)

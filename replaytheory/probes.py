@@ -39,6 +39,7 @@ optionally mu_measured, mu_accounting, steps.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -118,8 +119,9 @@ class ProbeSet:
 
     # ---- files -------------------------------------------------------------------------
 
-    def save(self, path: str) -> None:
+    def save(self, path) -> None:
         """Write atomically to ``.npz`` or ``.jsonl`` (chosen by the extension)."""
+        path = os.fspath(path)
         if path.endswith(".npz"):
             arrays = {f"{n}/{c}": col for n, t in self.tables.items() for c, col in t.items()}
             arrays["counts"] = np.array(json.dumps(self.counts))
@@ -137,8 +139,9 @@ class ProbeSet:
             raise ValueError(f"path must end in .npz or .jsonl, got {path!r}")
 
     @classmethod
-    def load(cls, path: str) -> "ProbeSet":
+    def load(cls, path) -> "ProbeSet":
         """Read a ``.npz`` or ``.jsonl`` written by ``save`` (or by the harness)."""
+        path = os.fspath(path)
         if path.endswith(".npz"):
             with np.load(path) as z:
                 tables: dict[str, dict] = {}

@@ -1,5 +1,6 @@
 """The notebooks execute top to bottom (outputs are stripped in git)."""
 
+import os
 from pathlib import Path
 
 import nbformat
@@ -19,7 +20,8 @@ def test_notebook_outputs_are_stripped(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_executes(path, tmp_path):
+def test_notebook_executes(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("NOTEBOOK_FAST", "1")  # tiny budgets: the kernel inherits it
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT)}}).execute()
