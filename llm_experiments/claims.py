@@ -15,7 +15,6 @@ drop above 0.1.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import numpy as np

@@ -61,7 +61,8 @@ def _table(probes, name: str, min_rows: int) -> dict[str, np.ndarray]:
                          f"{rows}")
     for col, arr in t.items():
         if not np.all(np.isfinite(arr)):
-            raise ValueError(f"probes.{name}.{col} must be finite, found {arr[~np.isfinite(arr)][0]!r}")
+            bad = arr[~np.isfinite(arr)][0]
+            raise ValueError(f"probes.{name}.{col} must be finite, found {bad!r}")
     return t
 
 

@@ -1,4 +1,5 @@
-"""Command line: ``replaytheory optimal | design | gamma | validate-sim`` (also ``python -m replaytheory``).
+"""Command line: ``replaytheory optimal | design | gamma | validate-sim``
+(also ``python -m replaytheory``).
 
 Bad input is reported as one line on stderr with exit status 2, never a traceback.
 """

@@ -66,7 +66,8 @@ def measure_probe(noise, staleness, drift, g_ref, ref_sq_error: float, drawn, *,
     out: dict[str, dict[str, np.ndarray]] = {}
 
     if "noise" in tables:
-        out["noise"] = {"probe_step": np.full(n, probe_step, float), "staleness": stal.astype(float),
+        out["noise"] = {"probe_step": np.full(n, probe_step, float),
+                        "staleness": stal.astype(float),
                         "drift": dr, "sq_noise": sq, "ref_sq_error": np.full(n, ref_err),
                         "unit": np.full(n, unit, float)}
 

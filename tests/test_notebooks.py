@@ -1,6 +1,5 @@
 """The notebooks execute top to bottom (outputs are stripped in git)."""
 
-import os
 from pathlib import Path
 
 import nbformat
