@@ -444,6 +444,12 @@ def finite_lr_objective(horizon, replay_ratio, *, mu: float, rho: float, noise: 
     Args: as ``finite_lr_design``; horizon and replay_ratio broadcast (each > 0).
     Returns: (bound values, step sizes used).
     """
+    args = _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, average)
+    return _finite_bound(horizon, replay_ratio, *args)
+
+
+def _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, average):
+    """Checked arguments of the finite-step-size bound, in ``_finite_bound``'s order."""
     mu = v.positive("mu", mu)
     rho = v.unit_interval("rho", rho)
     _check_noise(noise)
@@ -454,9 +460,10 @@ def finite_lr_objective(horizon, replay_ratio, *, mu: float, rho: float, noise: 
     budget = v.positive("budget", budget)
     if lr is not None:
         lr = v.positive("lr", lr)
+        if lr >= 1 / (2 * big_l):
+            raise ValueError(f"lr must be < 1/(2L) = {1 / (2 * big_l):.6g}, got {lr:g}")
     avg = noise.default_average if average is None else average
-    return _finite_bound(horizon, replay_ratio, mu, rho, noise, avg, b, big_l, kappa, f0,
-                         budget, lr)
+    return mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr
 
 
 def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: int,
@@ -483,28 +490,17 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
     Raises:
         BoundConditionError / ValueError: bad arguments, or no admissible point.
     """
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
-    _check_noise(noise)
-    b = v.integer("batch_size", batch_size, 1)
-    big_l = v.positive("smoothness", smoothness)
-    kappa = v.nonnegative("kappa", kappa)
-    f0 = v.nonnegative("f0", f0)
-    budget = v.positive("budget", budget)
-    if lr is not None:
-        lr = v.positive("lr", lr)
-        if lr >= 1 / (2 * big_l):
-            raise ValueError(f"lr must be < 1/(2L) = {1 / (2 * big_l):.6g}, got {lr:g}")
+    args = _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, average)
+    mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr = args
     x_lo, x_hi = (v.positive("horizon_range[0]", horizon_range[0]),
                   v.positive("horizon_range[1]", horizon_range[1]))
     y_lo, y_hi = (v.positive("replay_range[0]", replay_range[0]),
                   v.positive("replay_range[1]", replay_range[1]))
     if x_lo >= x_hi or y_lo >= y_hi:
         raise ValueError("horizon_range and replay_range must be (lo, hi) with lo < hi")
-    avg = noise.default_average if average is None else average
 
     def evaluate(x, y):
-        return _finite_bound(x, y, mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr)
+        return _finite_bound(x, y, *args)
 
     ux = np.linspace(math.log(x_lo), math.log(x_hi), 81)
     uy = np.linspace(math.log(y_lo), math.log(y_hi), 81)
