@@ -92,7 +92,8 @@ def _columns(records: list[dict], keys) -> dict[str, list]:
 
 
 def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
-    """One run folder as a compact record (eval points, every 5th step, summary)."""
+    """One run folder as a compact record (eval points, every 5th step, the summary without
+    its histograms: ``compact_histograms`` keeps those)."""
     records = _read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
     with open(os.path.join(run_dir, "summary.json")) as fh:
         summary = json.load(fh)
@@ -109,7 +110,7 @@ def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
             "batch_size": cfg["schedule"]["batch_size"],
             "eval": _columns(evals, base + EVAL_KEYS),
             "train": _columns(train, base + TRAIN_KEYS),
-            "summary": summary}
+            "summary": {k: val for k, val in summary.items() if k != "histograms"}}
 
 
 def compact_sweep(sweep_dir: str, out_path: str) -> int:
