@@ -6,7 +6,8 @@ The loop (``Experiment.run``), for each trainer step t:
 2. produce ``Production.groups_due(t)`` prompt groups with weight version ``version(t)``
    (more if the buffer cannot yet give a batch), advantages computed once, insert them;
 3. probe the gradient noise every ``probe.every`` steps (own random stream, no side effect);
-4. draw B rollouts, take one optimizer step on the loss, log, checkpoint.
+4. draw B rollouts, take one optimizer step on the loss (2-4: ``Experiment.advance``), log,
+   checkpoint.
 
 Sampler, buffer and trainer exchange only small messages (``WeightUpdate``, ``Rollout``), so
 they could be moved to separate processes. Every random draw of the training itself comes from
@@ -242,9 +243,37 @@ class Experiment:
                 "gen_seconds": self.clock.gen_seconds, "train_seconds": self.clock.train_seconds,
                 "probe_seconds": self.prober.seconds if self.prober else 0.0}
 
+    def advance(self) -> tuple[dict, list[Rollout], list[Rollout]]:
+        """Trainer step t = ``self.step`` without evaluation or logging: produce, insert,
+        probe, draw and update (steps 2-4 of the loop). Returns (loss statistics, the
+        rollouts made, the batch trained on)."""
+        t, sc = self.step, self.cfg.schedule
+        version = self.production.version(t)
+        if sc.mode == "async" and t % self.production.refresh == 0:
+            self.weights.publish(t, self.model)
+        if self.prober:
+            self.weights.publish(t, self.model)
+        new = self.produce(self.production.groups_due(t), version)
+        self.buffer.add(new, insert_step=t)
+        while not self.buffer.can_sample(sc.batch_size):
+            more = self.produce(1, version)
+            new += more
+            self.buffer.add(more, insert_step=t)
+        probing = self.prober is not None and t % self.cfg.probe.every == 0
+        if probing:
+            self.prober.probe(t)
+        batch = self.buffer.sample(sc.batch_size, t, self.rng)
+        self.consumed += len(batch)
+        stats = self.train_step(batch, keep_grad=probing)
+        if probing:
+            self.prober.add_minibatch(t, stats.pop("grad"))
+        self.step = t + 1
+        self._prune_snapshots()
+        return stats, new, batch
+
     def run(self, resume: bool = False) -> dict:
         """Train to ``run.steps`` (from the last checkpoint if ``resume``); returns the summary."""
-        cfg, sc = self.cfg, self.cfg.schedule
+        cfg = self.cfg
         ckpt_dir = os.path.join(self.out, "checkpoint")
         metrics_path = os.path.join(self.out, "metrics.jsonl")
         self.t_start = time.perf_counter()
@@ -265,27 +294,7 @@ class Experiment:
             if t % cfg.eval.every == 0:
                 record.update(self.evaluate())
                 last_eval = record["eval_accuracy"]
-            version = self.production.version(t)
-            if sc.mode == "async" and t % self.production.refresh == 0:
-                self.weights.publish(t, self.model)
-            if self.prober:
-                self.weights.publish(t, self.model)
-            new = self.produce(self.production.groups_due(t), version)
-            self.buffer.add(new, insert_step=t)
-            while not self.buffer.can_sample(sc.batch_size):
-                more = self.produce(1, version)
-                new += more
-                self.buffer.add(more, insert_step=t)
-            probing = self.prober is not None and t % cfg.probe.every == 0
-            if probing:
-                self.prober.probe(t)
-            batch = self.buffer.sample(sc.batch_size, t, self.rng)
-            self.consumed += len(batch)
-            stats = self.train_step(batch, keep_grad=probing)
-            if probing:
-                self.prober.add_minibatch(t, stats.pop("grad"))
-            self.step = t + 1
-            self._prune_snapshots()
+            stats, new, batch = self.advance()
             if t % cfg.run.log_every == 0 or record.get("eval_accuracy") is not None:
                 record.update(stats)
                 record.update(self.buffer.step_stats())
