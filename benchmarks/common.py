@@ -61,12 +61,13 @@ def best_of(fn, repeats: int) -> float:
 
 
 def print_table(rows: list[dict], columns: list[str]) -> None:
-    """Print ``rows`` as an aligned text table (floats with 3 significant digits)."""
+    """Print ``rows`` as an aligned text table (floats: 3 significant digits, at least units;
+    a missing value prints as "-")."""
     def fmt(v):
         if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1e4 else f"{v:,.0f}"
+            return f"{v:.3g}" if abs(v) < 100 else f"{v:,.0f}"
         return str(v)
-    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    cells = [[fmt(r.get(c, "-")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
     for row in cells:
