@@ -30,8 +30,10 @@ from replaytheory.io import write_json
 from . import checkpoint
 from .buffer import Rollout, RolloutBuffer
 from .config import Config, save_config
-from .losses import (clipped_mean_grad, collate, flat_grad, group_advantages, loss_stats,
-                     policy_loss, token_logprobs)
+from .direct import supports
+from .kernels import use_onednn_linear
+from .losses import (batch_logprobs, clipped_mean_grad, collate, collate_prompts, flat_grad,
+                     group_advantages, loss_stats, policy_loss)
 from .metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
 from .models import encode_prompt, load_policy, param_count
 from .samplers import WeightUpdate, make_sampler
@@ -53,11 +55,14 @@ class Experiment:
         self.device = torch.device(cfg.run.device)
         self.task = make_task(cfg.task)
         self.model, self.tokenizer = load_policy(cfg, self.task)
+        if cfg.run.fast_kernels:
+            use_onednn_linear(self.model)
+        self.direct = cfg.run.direct_forward and supports(self.model)
         self.sampler = make_sampler(cfg, self.model, self.tokenizer)
         tr, sc = cfg.trainer, cfg.schedule
         opt_cls = torch.optim.AdamW if tr.optimizer == "adamw" else torch.optim.Adam
         self.opt = opt_cls(self.model.parameters(), lr=tr.lr, betas=(tr.beta1, tr.beta2),
-                           weight_decay=tr.weight_decay)
+                           weight_decay=tr.weight_decay, fused=cfg.run.fast_kernels or None)
         if sc.mode == "on_policy":
             self.buffer = RolloutBuffer(sc.batch_size, lifo=True)
         else:
@@ -150,14 +155,15 @@ class Experiment:
         tr, temp = self.cfg.trainer, self.cfg.sampler.temperature
         self.model.train()
         t0 = time.perf_counter()
-        batch = collate(rollouts, self.tokenizer.pad_token_id, self.device)
+        make = collate_prompts if self.direct and not tr.per_sample_clip else collate
+        batch = make(rollouts, self.tokenizer.pad_token_id, self.device)
         n = len(batch)
         self.opt.zero_grad(set_to_none=True)
         micro = tr.micro_batch or n
         logps, ents, loss_sum = [], [], 0.0
         for start in range(0, n, micro):
             part = batch.rows(slice(start, start + micro))
-            logp, ent = token_logprobs(self.model(input_ids=part.input_ids).logits, part, temp)
+            logp, ent = batch_logprobs(self.model, part, temp)
             loss = policy_loss(logp, part, **self.loss_kwargs).sum() / n
             if not tr.per_sample_clip:
                 loss.backward()

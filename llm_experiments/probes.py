@@ -63,7 +63,7 @@ class Prober:
     def __init__(self, cfg, exp):
         self.cfg, self.exp = cfg, exp
         self.sampler = HFSampler(exp.model, exp.tokenizer.eos_token_id,
-                                 exp.tokenizer.pad_token_id)
+                                 exp.tokenizer.pad_token_id, direct=cfg.run.direct_forward)
         self.rows: dict[str, list[dict]] = {name: [] for name in SCHEMA}
         self.seconds = 0.0
         self._ref = None  # (g_ref, ref_sq_error, sigma_bar2) of the current probe
