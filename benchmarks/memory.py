@@ -7,7 +7,9 @@ Run: ``python -m benchmarks.memory [--steps 150]``. Prints two tables and writes
   (6 prompt tokens, 2-6 completion tokens with their log-probs, as the sampler hands them
   over), bytes held after the fill measured with ``tracemalloc`` (numpy data included), per
   rollout and against the raw bytes: 4 per token id, 4 per log-prob, 8 per scalar (item,
-  group, problem, version, reward, advantage). The target is linear in N within ~2x raw.
+  group, problem, version, reward, advantage); ``ratio_to_raw_with_index`` also counts the
+  4 scalars the replay index keeps per item (insert step, uses, last use, positive). The
+  target is linear in N within ~2x raw.
 * Runs: peak resident set size (``ru_maxrss`` of the child process) of
   ``python -m llm_experiments run --config cpu_tiny`` for 1 step (start-up, model, one
   evaluation: the floor) and for ``--steps`` steps at buffer capacities 512 and 4096.
@@ -27,6 +29,7 @@ import numpy as np
 from benchmarks.common import print_table, write_result
 
 SCALARS = 6  # item_id, group_id, problem_id, version, reward, advantage
+INDEX_SCALARS = 4  # insert_step, uses, last_use, positive (generation step = version)
 
 
 def synthetic_rollouts(n: int, start: int, rng: np.random.Generator):
@@ -70,7 +73,8 @@ def buffer_bytes(capacity: int, seed: int = 0) -> dict:
     raw = sum(raws[-capacity // 64:])
     assert len(buf) == capacity
     return {"capacity": capacity, "bytes": used, "bytes_per_rollout": used / capacity,
-            "raw_bytes_per_rollout": raw / capacity, "ratio_to_raw": used / raw}
+            "raw_bytes_per_rollout": raw / capacity, "ratio_to_raw": used / raw,
+            "ratio_to_raw_with_index": used / (raw + 8 * INDEX_SCALARS * capacity)}
 
 
 def peak_rss(steps: int, capacity: int, cache: str) -> float:
@@ -99,7 +103,7 @@ def main(argv=None) -> dict:
     buffers = [buffer_bytes(n) for n in args.capacities]
     print("replay buffer after 2N insertions")
     print_table(buffers, ["capacity", "bytes", "bytes_per_rollout", "raw_bytes_per_rollout",
-                          "ratio_to_raw"])
+                          "ratio_to_raw", "ratio_to_raw_with_index"])
     runs = [{"steps": 1, "capacity": 512}, {"steps": args.steps, "capacity": 512},
             {"steps": args.steps, "capacity": 4096}]
     for r in runs:

@@ -74,7 +74,7 @@ class Prober:
         """Snapshots to keep: buffer items' versions and the CRN staleness window, newest
         ``probe.max_snapshots`` of them."""
         window = step - max(self.cfg.probe.crn_staleness, default=0)
-        versions = {r.version for r in self.exp.buffer.store.values()}
+        versions = set(self.exp.buffer.versions().tolist())
         versions |= {v for v in self.exp.weights.snapshots if v >= window}
         return set(sorted(versions)[-self.cfg.probe.max_snapshots:])
 
@@ -191,7 +191,7 @@ class Prober:
         """Noise, coupling and buffer-based bias rows; returns the sequences' sq noise."""
         e, p = self.exp, self.cfg.probe
         groups = defaultdict(list)
-        for r in e.buffer.store.values():
+        for r in e.buffer.rollouts():
             groups[r.group_id].append(r)
         size = self.cfg.schedule.group_size
         candidates = [gid for gid, rs in groups.items()
