@@ -6,7 +6,9 @@ writes ``benchmarks/results/samplers.json`` (``--name`` to change).
 
 Workload: 2-digit addition prompts (5-6 tokens, left-padded), batch 64 / 256, 16 / 64 new
 tokens, temperature 1, for the cpu_tiny model shape (~1.0M parameters) and a ~3.2M one
-(random weights: speed does not depend on them). Every contender makes exactly that many
+(random weights: speed does not depend on them). "ours" is the sampler as the harness runs
+it (oneDNN linear layers, ``run.fast_kernels``); "ours_default_kernel" the same sampler with
+torch's default linear kernel, the one ``generate`` uses. Every contender makes exactly that many
 tokens (end-of-sequence does not stop a sequence), so tokens/s = batch x new tokens / seconds,
 best of ``--repeats`` timed calls after one warm-up call, contenders interleaved. Ours and
 vLLM also return the log-probability of every sampled token; ``generate`` is run without
@@ -33,9 +35,17 @@ def addition_prompts(tok, n: int, seed: int = 0) -> list[list[int]]:
             for a, b in rng.integers(0, 100, (n, 2))]
 
 
-def ours(model, tok):
-    """Our sampler; eos id -1 never matches, so every sequence runs to the length."""
+def ours(model, tok, onednn: bool = True):
+    """Our sampler as the harness runs it (``run.fast_kernels``: oneDNN linear layers), or
+    with torch's default linear kernel; eos id -1 never matches, so every sequence runs to
+    the length."""
+    import copy
+
+    from llm_experiments.kernels import use_onednn_linear
     from llm_experiments.samplers.hf import HFSampler
+    model = copy.deepcopy(model)
+    if onednn:
+        use_onednn_linear(model)
     sampler = HFSampler(model, eos_id=-1, pad_id=tok.pad_token_id)
     return lambda prompts, new: sampler.generate(prompts, max_new_tokens=new,
                                                  temperature=1.0, seed=0)
@@ -93,7 +103,8 @@ def main(argv=None) -> dict:
     rows = []
     for size in args.sizes:
         model, tok = random_policy(size)
-        contenders = {"ours": ours(model, tok), "hf_generate": hf_generate(model, tok)}
+        contenders = {"ours": ours(model, tok), "ours_default_kernel": ours(model, tok, False),
+                      "hf_generate": hf_generate(model, tok)}
         engine = vllm_engine(model, tok)
         if engine is not None:
             contenders["vllm"] = engine
@@ -102,19 +113,25 @@ def main(argv=None) -> dict:
             prompts = addition_prompts(tok, batch)
             for new in NEW_TOKENS:
                 row = {"model": size, "params": n_params, "batch": batch, "new_tokens": new}
-                for name, fn in contenders.items():
-                    set_threads(args.threads)  # vLLM may change it at start-up
-                    fn(prompts, new)
-                    row[name] = batch * new / best_of(lambda: fn(prompts, new), args.repeats)
+                seconds = {name: [] for name in contenders}
+                for rep in range(args.repeats + 1):  # the first round warms up
+                    for name, fn in contenders.items():
+                        set_threads(args.threads)  # vLLM may change it at start-up
+                        t = best_of(lambda: fn(prompts, new), 1)
+                        if rep:
+                            seconds[name].append(t)
+                row.update({name: batch * new / min(t) for name, t in seconds.items()})
                 row["ours/hf_generate"] = row["ours"] / row["hf_generate"]
+                row["default_kernel/hf_generate"] = row["ours_default_kernel"] / \
+                    row["hf_generate"]
                 if "vllm" in row:
                     row["ours/vllm"] = row["ours"] / row["vllm"]
                 rows.append(row)
                 print_table([row], list(row))
         del contenders, engine
     print("\ntokens/s (new tokens), best of", args.repeats)
-    columns = ["model", "batch", "new_tokens", "ours", "hf_generate", "vllm",
-               "ours/hf_generate", "ours/vllm"]
+    columns = ["model", "batch", "new_tokens", "ours", "ours_default_kernel", "hf_generate",
+               "vllm", "ours/hf_generate", "default_kernel/hf_generate", "ours/vllm"]
     print_table(rows, columns)
     result = {"tokens_per_s": rows, "threads": args.threads, "repeats": args.repeats,
               "sizes": SIZES, "vllm": any("vllm" in r for r in rows)}

