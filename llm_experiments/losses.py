@@ -18,7 +18,8 @@ The advantage is computed once per rollout at generation (``group_advantages``) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -45,27 +46,33 @@ def group_advantages(rewards, loss: str = "grpo", dv: float = -0.1) -> np.ndarra
 
 
 @dataclass
-class TokenBatch:
-    """Tensors of a batch of rollouts, prompt at position 0, right-padded.
+class _Rows:
+    """What the loss needs of each rollout, in both batch layouts: targets, mask (n, L)
+    completion tokens and validity; old_logp (n, L) behaviour log-probs; adv (n,)
+    advantages. ``rows`` slices every field but those named in ``SHARED``."""
 
-    input_ids (n, W); index (n, L): position of the logits that predict completion token k;
-    targets, mask (n, L): completion tokens and validity; old_logp (n, L) behaviour
-    log-probs; adv (n,) advantages.
-    """
-
-    input_ids: torch.Tensor
-    index: torch.Tensor
     targets: torch.Tensor
     mask: torch.Tensor
     old_logp: torch.Tensor
     adv: torch.Tensor
+    SHARED: ClassVar[tuple] = ()
 
     def __len__(self) -> int:
-        return self.input_ids.shape[0]
+        return self.targets.shape[0]
 
-    def rows(self, sl: slice) -> "TokenBatch":
+    def rows(self, sl: slice):
         """The sub-batch of rows ``sl``."""
-        return TokenBatch(*(getattr(self, f)[sl] for f in self.__dataclass_fields__))
+        return type(self)(**{f.name: getattr(self, f.name) if f.name in self.SHARED
+                             else getattr(self, f.name)[sl] for f in fields(self)})
+
+
+@dataclass
+class TokenBatch(_Rows):
+    """A batch of rollouts as full sequences, prompt at position 0, right-padded: input_ids
+    (n, W); index (n, L): position of the logits that predict completion token k."""
+
+    input_ids: torch.Tensor = None
+    index: torch.Tensor = None
 
 
 def collate(rollouts, pad_id: int, device="cpu") -> TokenBatch:
@@ -88,7 +95,7 @@ def collate(rollouts, pad_id: int, device="cpu") -> TokenBatch:
         old[i, :c] = r.logprobs
     adv = np.array([r.advantage for r in rollouts], dtype=np.float32)
     t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
-    return TokenBatch(t(ids), t(index), t(targets), t(mask), t(old), t(adv))
+    return TokenBatch(t(targets), t(mask), t(old), t(adv), input_ids=t(ids), index=t(index))
 
 
 def target_logprobs(picked: torch.Tensor, targets: torch.Tensor, temperature: float):
@@ -107,7 +114,7 @@ def token_logprobs(logits: torch.Tensor, batch: TokenBatch, temperature: float):
 
 
 @dataclass
-class PromptBatch:
+class PromptBatch(_Rows):
     """A batch of rollouts laid out for ``direct.shared_prompt_logits``: each distinct prompt
     once (U of them), completions per row.
 
@@ -115,29 +122,15 @@ class PromptBatch:
     (U, 1, P, P): their attention mask. row (n,): each rollout's prompt. completion_pos
     (n, L-1), completion_attention (n, 1, L-1, P+L-1): completion tokens 0..L-2 (they predict
     tokens 1..L-1), attending to their prompt's real tokens and causally to each other.
-    targets, mask, old_logp, adv: as in ``TokenBatch``.
     """
 
-    prompt_ids: torch.Tensor
-    prompt_pos: torch.Tensor
-    prompt_attention: torch.Tensor
-    row: torch.Tensor
-    completion_pos: torch.Tensor
-    completion_attention: torch.Tensor
-    targets: torch.Tensor
-    mask: torch.Tensor
-    old_logp: torch.Tensor
-    adv: torch.Tensor
-
-    def __len__(self) -> int:
-        return self.row.shape[0]
-
-    def rows(self, sl: slice) -> "PromptBatch":
-        """The sub-batch of rows ``sl`` (all prompts kept)."""
-        per_row = ("row", "completion_pos", "completion_attention", "targets", "mask",
-                   "old_logp", "adv")
-        return PromptBatch(*(getattr(self, f)[sl] if f in per_row else getattr(self, f)
-                             for f in self.__dataclass_fields__))
+    prompt_ids: torch.Tensor = None
+    prompt_pos: torch.Tensor = None
+    prompt_attention: torch.Tensor = None
+    row: torch.Tensor = None
+    completion_pos: torch.Tensor = None
+    completion_attention: torch.Tensor = None
+    SHARED: ClassVar[tuple] = ("prompt_ids", "prompt_pos", "prompt_attention")
 
 
 def collate_prompts(rollouts, pad_id: int, device="cpu") -> PromptBatch:
@@ -162,8 +155,9 @@ def collate_prompts(rollouts, pad_id: int, device="cpu") -> PromptBatch:
                            causal.expand(n, -1, -1)], 2)[:, None]
     adv = np.array([r.advantage for r in rollouts], dtype=np.float32)
     t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
-    return PromptBatch(ids, ppos, prompt_mask(pmask), row, completion_pos, attention,
-                       t(targets), t(mask), t(old), t(adv))
+    return PromptBatch(t(targets), t(mask), t(old), t(adv), prompt_ids=ids, prompt_pos=ppos,
+                       prompt_attention=prompt_mask(pmask), row=row,
+                       completion_pos=completion_pos, completion_attention=attention)
 
 
 def batch_logprobs(model, batch, temperature: float):
@@ -248,8 +242,8 @@ def per_sample_grads(model, batch: TokenBatch, loss_kwargs: dict, temperature: f
     buffers = dict(model.named_buffers())
 
     def one(p, ids, index, targets, mask, old, adv):
-        row = TokenBatch(ids[None], index[None], targets[None], mask[None], old[None],
-                         adv[None])
+        row = TokenBatch(targets[None], mask[None], old[None], adv[None],
+                         input_ids=ids[None], index=index[None])
         logits = functional_call(model, (p, buffers), args=(),
                                  kwargs={"input_ids": row.input_ids}).logits
         logp, _ = token_logprobs(logits, row, temperature)
