@@ -3,8 +3,9 @@
 ``ReplayIndex`` decides which rollouts are held and drawn (FIFO capacity N, sampling modes,
 positive bias delta, one shard per trainer, the LIFO no-buffer queue) and records every use.
 This module keeps what the trainer needs of each rollout, compactly (int32 token ids, float32
-behaviour log-probs, the advantage computed once at generation), in a store keyed by item id,
-and drops a payload as soon as the index evicts (or, for LIFO, consumes) it.
+behaviour log-probs, the advantage computed once at generation, in numpy columns: no Python
+object per rollout), in a store keyed by item id, and drops a payload as soon as the index
+evicts (or, for LIFO, consumes) it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from replaytheory.buffer import NEW, ReplayIndex
+from replaytheory.columns import SLACK, IdTable
 
 
 @dataclass
@@ -37,8 +39,45 @@ class Rollout:
     advantage: float
 
 
+# Scalars of a rollout, and where its token ids and log-probs lie in the two arenas.
+PAYLOAD_COLUMNS = {"group_id": np.int64, "problem_id": np.int64, "version": np.int64,
+                   "reward": np.float64, "advantage": np.float64, "tokens_at": np.int64,
+                   "logprobs_at": np.int64, "prompt_len": np.int32, "completion_len": np.int32}
+
+
+class _Arena:
+    """Variable-length rows of one dtype back to back in one array, appended at the end;
+    space of dropped rows is reclaimed when the array is reallocated."""
+
+    def __init__(self, dtype):
+        self.data = np.empty(64, dtype=dtype)
+        self.end = 0
+
+    def append(self, flat: np.ndarray) -> int:
+        """Store ``flat`` (room must have been made); returns its start."""
+        start = self.end
+        self.data[start:start + flat.size] = flat
+        self.end += flat.size
+        return start
+
+    def repack(self, starts: np.ndarray, lengths: np.ndarray, extra: int) -> np.ndarray:
+        """Copy the rows (starts, lengths) to a new array with room for ``extra`` more
+        (``SLACK`` slack); returns their new starts."""
+        total = int(lengths.sum())
+        new_starts = np.cumsum(lengths) - lengths
+        source = np.repeat(starts - new_starts, lengths) + np.arange(total)
+        data = np.empty(max(64, int(SLACK * (total + extra))), dtype=self.data.dtype)
+        data[:total] = self.data[source]
+        self.data, self.end = data, total
+        return new_starts
+
+
 class RolloutBuffer:
     """A replay buffer of ``Rollout`` payloads (semantics: ``ReplayIndex``).
+
+    Payloads are stored in columns, not as objects: the scalars in an ``IdTable`` keyed by
+    item id, the token ids (prompt then completion) and behaviour log-probs of all rollouts
+    back to back in two arrays. ``sample`` hands out ``Rollout`` records rebuilt from them.
 
     Args: capacity N (rollouts, all shards together), sampling mode, delta in [0, 1),
     shards = trainers T (each draws batch_size / T from its own shard), lifo (no-buffer queue).
@@ -48,10 +87,61 @@ class RolloutBuffer:
                  delta: float = 0.0, shards: int = 1, lifo: bool = False):
         self.index = ReplayIndex(capacity, sampling=sampling, delta=delta, shards=shards,
                                  lifo=lifo)
-        self.store: dict[int, Rollout] = {}
+        self._init_store()
+
+    def _init_store(self) -> None:
+        self._rows = IdTable(PAYLOAD_COLUMNS)
+        self._tokens, self._logprobs = _Arena(np.int32), _Arena(np.float32)
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def _append(self, arena: _Arena, column: str, flat: np.ndarray, lengths) -> np.ndarray:
+        """Append rows of ``lengths`` (concatenated in ``flat``) to ``arena``, repacking the
+        held rows first if it is full; returns the new rows' starts."""
+        if arena.end + flat.size > arena.data.size:
+            rows, c = self._rows.live_rows(), self._rows.cols
+            held = c["completion_len"][rows].astype(np.int64)
+            if column == "tokens_at":
+                held += c["prompt_len"][rows]
+            c[column][rows] = arena.repack(c[column][rows], held, flat.size)
+        return arena.append(flat) + np.cumsum(lengths) - lengths
+
+    def _store(self, rollouts: list[Rollout]) -> None:
+        """Append the payloads of ``rollouts`` to the columns and arenas."""
+        plen = np.array([len(r.prompt) for r in rollouts], dtype=np.int64)
+        clen = np.array([len(r.completion) for r in rollouts], dtype=np.int64)
+        tokens_at = self._append(self._tokens, "tokens_at", np.concatenate(
+            [a for r in rollouts for a in (r.prompt, r.completion)]), plen + clen)
+        logprobs_at = self._append(self._logprobs, "logprobs_at",
+                                   np.concatenate([r.logprobs for r in rollouts]), clen)
+        self._rows.insert(
+            [r.item_id for r in rollouts], group_id=[r.group_id for r in rollouts],
+            problem_id=[r.problem_id for r in rollouts], version=[r.version for r in rollouts],
+            reward=[r.reward for r in rollouts], advantage=[r.advantage for r in rollouts],
+            tokens_at=tokens_at, logprobs_at=logprobs_at, prompt_len=plen, completion_len=clen)
+
+    def _rollouts(self, ids) -> list[Rollout]:
+        """``Rollout`` records (fresh arrays) of held ids."""
+        c, rows = self._rows.cols, self._rows.rows(ids)
+        out = []
+        for i, k in zip(np.asarray(ids).tolist(), rows.tolist()):
+            t, p, n, lp = (int(c["tokens_at"][k]), int(c["prompt_len"][k]),
+                           int(c["completion_len"][k]), int(c["logprobs_at"][k]))
+            out.append(Rollout(i, int(c["group_id"][k]), int(c["problem_id"][k]),
+                               int(c["version"][k]), self._tokens.data[t:t + p].copy(),
+                               self._tokens.data[t + p:t + p + n].copy(),
+                               self._logprobs.data[lp:lp + n].copy(), float(c["reward"][k]),
+                               float(c["advantage"][k])))
+        return out
+
+    def rollouts(self) -> list[Rollout]:
+        """Every held rollout, in increasing item id order."""
+        return self._rollouts(self._rows.ids[self._rows.live_rows()])
+
+    def versions(self) -> np.ndarray:
+        """Weight version of every held rollout."""
+        return self._rows.cols["version"][self._rows.live_rows()]
 
     def add(self, rollouts: list[Rollout], insert_step: int) -> np.ndarray:
         """Insert rollouts at trainer step ``insert_step``; returns the evicted ids."""
@@ -59,10 +149,8 @@ class RolloutBuffer:
             return np.zeros(0, dtype=np.int64)
         evicted = self.index.add([r.item_id for r in rollouts], [r.version for r in rollouts],
                                  insert_step, positive=[r.reward > 0 for r in rollouts])
-        for r in rollouts:
-            self.store[r.item_id] = r
-        for key in evicted:
-            del self.store[int(key)]
+        self._store(rollouts)
+        self._rows.delete(evicted)
         return evicted
 
     def can_sample(self, batch_size: int) -> bool:
@@ -75,12 +163,14 @@ class RolloutBuffer:
         per = batch_size // self.index.shards
         ids = np.concatenate([self.index.sample(per, step, rng, shard=k)
                               for k in range(self.index.shards)])
-        batch = [self.store[int(i)] for i in ids]
+        batch = self._rollouts(ids)
         if self.index.lifo:  # the queue hands each rollout out once
-            for i in ids:
-                del self.store[int(i)]
+            self._rows.delete(ids)
         return batch
 
+    def nbytes(self) -> int:
+        """Bytes of the payload storage (columns and arenas, slack included)."""
+        return self._rows.nbytes() + self._tokens.data.nbytes + self._logprobs.data.nbytes
     def step_stats(self) -> dict:
         """The three axes over the uses of the last ``sample`` call (one trainer step)."""
         rec = self.index.use_records(last_calls=self.index.shards)
@@ -102,12 +192,14 @@ class RolloutBuffer:
     def state_dict(self) -> dict:
         """Index state and payloads as plain objects (for checkpoints)."""
         return {"index": self.index.state_dict(),
-                "store": [asdict(r) for r in self.store.values()]}
+                "store": [asdict(r) for r in self.rollouts()]}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "RolloutBuffer":
         """Rebuild a buffer saved with ``state_dict``."""
         buf = cls.__new__(cls)
         buf.index = ReplayIndex.from_state_dict(state["index"])
-        buf.store = {int(r["item_id"]): Rollout(**r) for r in state["store"]}
+        buf._init_store()
+        if state["store"]:
+            buf._store([Rollout(**r) for r in state["store"]])
         return buf

@@ -36,6 +36,13 @@ class RunConfig:
     checkpoint_every: steps between checkpoints (>= 1). progress: terminal progress bar.
     tensorboard: also write TensorBoard events (needs the ``tensorboard`` package).
     cache_dir: where warm starts are cached ("" = ``$LLM_EXPERIMENTS_CACHE`` or ``./.cache``).
+    fast_kernels: float32 CPU linear layers (training and sampling) through oneDNN, about 2x
+        faster than torch's default kernel on AMD CPUs (``kernels.py``), and the fused
+        Adam/AdamW step; same math, float32 rounding differs. false: the default kernels.
+    direct_forward: drive Llama/Qwen-style models layer by layer (``direct.py``): sampling
+        with a static KV cache and each distinct prompt prefilled once, training with each
+        distinct prompt of a batch computed once; same math, float32 rounding differs.
+        false (with fast_kernels false): bitwise the computation of earlier versions.
     """
 
     steps: int = 300
@@ -47,6 +54,8 @@ class RunConfig:
     progress: bool = True
     tensorboard: bool = False
     cache_dir: str = ""
+    fast_kernels: bool = True
+    direct_forward: bool = True
 
 
 @dataclass

@@ -6,7 +6,8 @@ The loop (``Experiment.run``), for each trainer step t:
 2. produce ``Production.groups_due(t)`` prompt groups with weight version ``version(t)``
    (more if the buffer cannot yet give a batch), advantages computed once, insert them;
 3. probe the gradient noise every ``probe.every`` steps (own random stream, no side effect);
-4. draw B rollouts, take one optimizer step on the loss, log, checkpoint.
+4. draw B rollouts, take one optimizer step on the loss (2-4: ``Experiment.advance``), log,
+   checkpoint.
 
 Sampler, buffer and trainer exchange only small messages (``WeightUpdate``, ``Rollout``), so
 they could be moved to separate processes. Every random draw of the training itself comes from
@@ -29,8 +30,10 @@ from replaytheory.io import write_json
 from . import checkpoint
 from .buffer import Rollout, RolloutBuffer
 from .config import Config, save_config
-from .losses import (clipped_mean_grad, collate, flat_grad, group_advantages, loss_stats,
-                     policy_loss, token_logprobs)
+from .direct import supports
+from .kernels import use_onednn_linear
+from .losses import (batch_logprobs, clipped_mean_grad, collate, collate_prompts, flat_grad,
+                     group_advantages, loss_stats, policy_loss)
 from .metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
 from .models import encode_prompt, load_policy, param_count
 from .samplers import WeightUpdate, make_sampler
@@ -52,11 +55,14 @@ class Experiment:
         self.device = torch.device(cfg.run.device)
         self.task = make_task(cfg.task)
         self.model, self.tokenizer = load_policy(cfg, self.task)
+        if cfg.run.fast_kernels:
+            use_onednn_linear(self.model)
+        self.direct = cfg.run.direct_forward and supports(self.model)
         self.sampler = make_sampler(cfg, self.model, self.tokenizer)
         tr, sc = cfg.trainer, cfg.schedule
         opt_cls = torch.optim.AdamW if tr.optimizer == "adamw" else torch.optim.Adam
         self.opt = opt_cls(self.model.parameters(), lr=tr.lr, betas=(tr.beta1, tr.beta2),
-                           weight_decay=tr.weight_decay)
+                           weight_decay=tr.weight_decay, fused=cfg.run.fast_kernels or None)
         if sc.mode == "on_policy":
             self.buffer = RolloutBuffer(sc.batch_size, lifo=True)
         else:
@@ -149,14 +155,15 @@ class Experiment:
         tr, temp = self.cfg.trainer, self.cfg.sampler.temperature
         self.model.train()
         t0 = time.perf_counter()
-        batch = collate(rollouts, self.tokenizer.pad_token_id, self.device)
+        make = collate_prompts if self.direct and not tr.per_sample_clip else collate
+        batch = make(rollouts, self.tokenizer.pad_token_id, self.device)
         n = len(batch)
         self.opt.zero_grad(set_to_none=True)
         micro = tr.micro_batch or n
         logps, ents, loss_sum = [], [], 0.0
         for start in range(0, n, micro):
             part = batch.rows(slice(start, start + micro))
-            logp, ent = token_logprobs(self.model(input_ids=part.input_ids).logits, part, temp)
+            logp, ent = batch_logprobs(self.model, part, temp)
             loss = policy_loss(logp, part, **self.loss_kwargs).sum() / n
             if not tr.per_sample_clip:
                 loss.backward()
@@ -242,9 +249,37 @@ class Experiment:
                 "gen_seconds": self.clock.gen_seconds, "train_seconds": self.clock.train_seconds,
                 "probe_seconds": self.prober.seconds if self.prober else 0.0}
 
+    def advance(self) -> tuple[dict, list[Rollout], list[Rollout]]:
+        """Trainer step t = ``self.step`` without evaluation or logging: produce, insert,
+        probe, draw and update (steps 2-4 of the loop). Returns (loss statistics, the
+        rollouts made, the batch trained on)."""
+        t, sc = self.step, self.cfg.schedule
+        version = self.production.version(t)
+        if sc.mode == "async" and t % self.production.refresh == 0:
+            self.weights.publish(t, self.model)
+        if self.prober:
+            self.weights.publish(t, self.model)
+        new = self.produce(self.production.groups_due(t), version)
+        self.buffer.add(new, insert_step=t)
+        while not self.buffer.can_sample(sc.batch_size):
+            more = self.produce(1, version)
+            new += more
+            self.buffer.add(more, insert_step=t)
+        probing = self.prober is not None and t % self.cfg.probe.every == 0
+        if probing:
+            self.prober.probe(t)
+        batch = self.buffer.sample(sc.batch_size, t, self.rng)
+        self.consumed += len(batch)
+        stats = self.train_step(batch, keep_grad=probing)
+        if probing:
+            self.prober.add_minibatch(t, stats.pop("grad"))
+        self.step = t + 1
+        self._prune_snapshots()
+        return stats, new, batch
+
     def run(self, resume: bool = False) -> dict:
         """Train to ``run.steps`` (from the last checkpoint if ``resume``); returns the summary."""
-        cfg, sc = self.cfg, self.cfg.schedule
+        cfg = self.cfg
         ckpt_dir = os.path.join(self.out, "checkpoint")
         metrics_path = os.path.join(self.out, "metrics.jsonl")
         self.t_start = time.perf_counter()
@@ -265,27 +300,7 @@ class Experiment:
             if t % cfg.eval.every == 0:
                 record.update(self.evaluate())
                 last_eval = record["eval_accuracy"]
-            version = self.production.version(t)
-            if sc.mode == "async" and t % self.production.refresh == 0:
-                self.weights.publish(t, self.model)
-            if self.prober:
-                self.weights.publish(t, self.model)
-            new = self.produce(self.production.groups_due(t), version)
-            self.buffer.add(new, insert_step=t)
-            while not self.buffer.can_sample(sc.batch_size):
-                more = self.produce(1, version)
-                new += more
-                self.buffer.add(more, insert_step=t)
-            probing = self.prober is not None and t % cfg.probe.every == 0
-            if probing:
-                self.prober.probe(t)
-            batch = self.buffer.sample(sc.batch_size, t, self.rng)
-            self.consumed += len(batch)
-            stats = self.train_step(batch, keep_grad=probing)
-            if probing:
-                self.prober.add_minibatch(t, stats.pop("grad"))
-            self.step = t + 1
-            self._prune_snapshots()
+            stats, new, batch = self.advance()
             if t % cfg.run.log_every == 0 or record.get("eval_accuracy") is not None:
                 record.update(stats)
                 record.update(self.buffer.step_stats())

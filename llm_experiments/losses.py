@@ -18,10 +18,13 @@ The advantage is computed once per rollout at generation (``group_advantages``) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import numpy as np
 import torch
+
+from .kernels import default_linear
 
 LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated", "asymre")
 
@@ -43,27 +46,33 @@ def group_advantages(rewards, loss: str = "grpo", dv: float = -0.1) -> np.ndarra
 
 
 @dataclass
-class TokenBatch:
-    """Tensors of a batch of rollouts, prompt at position 0, right-padded.
+class _Rows:
+    """What the loss needs of each rollout, in both batch layouts: targets, mask (n, L)
+    completion tokens and validity; old_logp (n, L) behaviour log-probs; adv (n,)
+    advantages. ``rows`` slices every field but those named in ``SHARED``."""
 
-    input_ids (n, W); index (n, L): position of the logits that predict completion token k;
-    targets, mask (n, L): completion tokens and validity; old_logp (n, L) behaviour
-    log-probs; adv (n,) advantages.
-    """
-
-    input_ids: torch.Tensor
-    index: torch.Tensor
     targets: torch.Tensor
     mask: torch.Tensor
     old_logp: torch.Tensor
     adv: torch.Tensor
+    SHARED: ClassVar[tuple] = ()
 
     def __len__(self) -> int:
-        return self.input_ids.shape[0]
+        return self.targets.shape[0]
 
-    def rows(self, sl: slice) -> "TokenBatch":
+    def rows(self, sl: slice):
         """The sub-batch of rows ``sl``."""
-        return TokenBatch(*(getattr(self, f)[sl] for f in self.__dataclass_fields__))
+        return type(self)(**{f.name: getattr(self, f.name) if f.name in self.SHARED
+                             else getattr(self, f.name)[sl] for f in fields(self)})
+
+
+@dataclass
+class TokenBatch(_Rows):
+    """A batch of rollouts as full sequences, prompt at position 0, right-padded: input_ids
+    (n, W); index (n, L): position of the logits that predict completion token k."""
+
+    input_ids: torch.Tensor = None
+    index: torch.Tensor = None
 
 
 def collate(rollouts, pad_id: int, device="cpu") -> TokenBatch:
@@ -86,16 +95,78 @@ def collate(rollouts, pad_id: int, device="cpu") -> TokenBatch:
         old[i, :c] = r.logprobs
     adv = np.array([r.advantage for r in rollouts], dtype=np.float32)
     t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
-    return TokenBatch(t(ids), t(index), t(targets), t(mask), t(old), t(adv))
+    return TokenBatch(t(targets), t(mask), t(old), t(adv), input_ids=t(ids), index=t(index))
+
+
+def target_logprobs(picked: torch.Tensor, targets: torch.Tensor, temperature: float):
+    """(log-probs, entropies), each (n, L), of ``targets`` (n, L) under softmax(picked / T),
+    ``picked`` (n, L, V) the logits that predict them."""
+    logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
 
 
 def token_logprobs(logits: torch.Tensor, batch: TokenBatch, temperature: float):
     """(log-probs, entropies), each (n, L), of the completion tokens under softmax(logits/T)."""
     picked = torch.gather(logits, 1, batch.index[..., None].expand(-1, -1, logits.shape[-1]))
-    logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)
-    logp = logp_all.gather(-1, batch.targets[..., None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    return target_logprobs(picked, batch.targets, temperature)
+
+
+@dataclass
+class PromptBatch(_Rows):
+    """A batch of rollouts laid out for ``direct.shared_prompt_logits``: each distinct prompt
+    once (U of them), completions per row.
+
+    prompt_ids, prompt_pos (U, P): left-padded prompts and their positions; prompt_attention
+    (U, 1, P, P): their attention mask. row (n,): each rollout's prompt. completion_pos
+    (n, L-1), completion_attention (n, 1, L-1, P+L-1): completion tokens 0..L-2 (they predict
+    tokens 1..L-1), attending to their prompt's real tokens and causally to each other.
+    """
+
+    prompt_ids: torch.Tensor = None
+    prompt_pos: torch.Tensor = None
+    prompt_attention: torch.Tensor = None
+    row: torch.Tensor = None
+    completion_pos: torch.Tensor = None
+    completion_attention: torch.Tensor = None
+    SHARED: ClassVar[tuple] = ("prompt_ids", "prompt_pos", "prompt_attention")
+
+
+def collate_prompts(rollouts, pad_id: int, device="cpu") -> PromptBatch:
+    """Build a ``PromptBatch`` from ``buffer.Rollout`` records."""
+    from .direct import left_pad, prompt_mask, unique_prompts
+    prompts, row = unique_prompts([r.prompt.tolist() for r in rollouts])
+    ids, pmask, ppos = left_pad(prompts, pad_id, device)
+    n, length = len(rollouts), max(len(r.completion) for r in rollouts)
+    targets = np.full((n, length), pad_id, dtype=np.int64)
+    mask = np.zeros((n, length), dtype=bool)
+    old = np.zeros((n, length), dtype=np.float32)
+    for i, r in enumerate(rollouts):
+        c = len(r.completion)
+        targets[i, :c] = r.completion
+        mask[i, :c] = True
+        old[i, :c] = r.logprobs
+    row = row.to(device)
+    plen = pmask.sum(1)[row]
+    completion_pos = plen[:, None] + torch.arange(length - 1, device=device)
+    causal = torch.ones((length - 1, length - 1), dtype=torch.bool, device=device).tril()
+    attention = torch.cat([pmask.bool()[row][:, None, :].expand(-1, length - 1, -1),
+                           causal.expand(n, -1, -1)], 2)[:, None]
+    adv = np.array([r.advantage for r in rollouts], dtype=np.float32)
+    t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+    return PromptBatch(t(targets), t(mask), t(old), t(adv), prompt_ids=ids, prompt_pos=ppos,
+                       prompt_attention=prompt_mask(pmask), row=row,
+                       completion_pos=completion_pos, completion_attention=attention)
+
+
+def batch_logprobs(model, batch, temperature: float):
+    """(log-probs, entropies) (n, L) of a batch's completion tokens under ``model``: through
+    ``direct.shared_prompt_logits`` for a ``PromptBatch``, else one full forward."""
+    if isinstance(batch, PromptBatch):
+        from .direct import shared_prompt_logits
+        return target_logprobs(shared_prompt_logits(model, batch), batch.targets, temperature)
+    return token_logprobs(model(input_ids=batch.input_ids).logits, batch, temperature)
 
 
 def policy_loss(logp, batch: TokenBatch, *, loss: str = "grpo", clip_low: float = 0.2,
@@ -162,7 +233,7 @@ def per_sample_grads(model, batch: TokenBatch, loss_kwargs: dict, temperature: f
                      chunk: int = 16, params: dict | None = None):
     """Yield (start, grads) with grads a (c, P) float32 matrix of flattened per-sequence
     gradients of ``policy_loss`` for rows start..start+c of the batch (torch.func; eager
-    attention). ``params``: parameters to differentiate at (default: the model's own);
+    attention and the default linear kernel, which vmap supports). ``params``: parameters to differentiate at (default: the model's own);
     the model's weights and .grad fields are not modified."""
     from torch.func import functional_call, grad, vmap
     names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -171,15 +242,15 @@ def per_sample_grads(model, batch: TokenBatch, loss_kwargs: dict, temperature: f
     buffers = dict(model.named_buffers())
 
     def one(p, ids, index, targets, mask, old, adv):
-        row = TokenBatch(ids[None], index[None], targets[None], mask[None], old[None],
-                         adv[None])
+        row = TokenBatch(targets[None], mask[None], old[None], adv[None],
+                         input_ids=ids[None], index=index[None])
         logits = functional_call(model, (p, buffers), args=(),
                                  kwargs={"input_ids": row.input_ids}).logits
         logp, _ = token_logprobs(logits, row, temperature)
         return policy_loss(logp, row, **loss_kwargs)[0]
 
     g = vmap(grad(one), in_dims=(None, 0, 0, 0, 0, 0, 0))
-    with eager_attention(model):
+    with eager_attention(model), default_linear(model):
         for start in range(0, len(batch), chunk):
             rows = batch.rows(slice(start, start + chunk))
             out = g(params, rows.input_ids, rows.index, rows.targets, rows.mask, rows.old_logp,

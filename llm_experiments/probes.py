@@ -71,7 +71,7 @@ class Prober:
     def __init__(self, cfg, exp):
         self.cfg, self.exp = cfg, exp
         self.sampler = HFSampler(exp.model, exp.tokenizer.eos_token_id,
-                                 exp.tokenizer.pad_token_id)
+                                 exp.tokenizer.pad_token_id, direct=cfg.run.direct_forward)
         self.rows: dict[str, list[dict]] = {name: [] for name in SCHEMA}
         self.seconds = 0.0
         self._ref = None  # (g_ref, ref_sq_error, sigma_bar2) of the current probe
@@ -84,7 +84,7 @@ class Prober:
         """Snapshots to keep: buffer items' versions and the CRN staleness window, newest
         ``probe.max_snapshots`` of them."""
         window = step - max(self.cfg.probe.crn_staleness, default=0)
-        versions = {r.version for r in self.exp.buffer.store.values()}
+        versions = set(self.exp.buffer.versions().tolist())
         versions |= {v for v in self.exp.weights.snapshots if v >= window}
         return set(sorted(versions)[-self.cfg.probe.max_snapshots:])
 
@@ -211,7 +211,7 @@ class Prober:
         """Noise, coupling and buffer-based bias rows; returns the sequences' sq noise."""
         e, p = self.exp, self.cfg.probe
         groups = defaultdict(list)
-        for r in e.buffer.store.values():
+        for r in e.buffer.rollouts():
             groups[r.group_id].append(r)
         size = self.cfg.schedule.group_size
         candidates = [gid for gid, rs in groups.items()

@@ -22,14 +22,16 @@ the whole run).
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
 from . import _validate as v
+from .columns import IdTable, IntRing
 
 SAMPLING_MODES = ("with_replacement", "without_replacement", "never_used_first")
 NEW = -1  # steps-since-last-use code of a first use
+# Metadata per held item, in the order of the checkpoint lists.
+META_COLUMNS = {"generation_step": np.int64, "insert_step": np.int64, "uses": np.int32,
+                "last_use": np.int64, "positive": np.bool_}
 
 
 class _Shard:
@@ -38,12 +40,11 @@ class _Shard:
     def __init__(self, capacity: int, delta: float):
         self.n_pos = int(round(delta * capacity))
         self.n_recent = capacity - self.n_pos
-        self.recent: deque[int] = deque()
-        self.positives: deque[int] = deque()
+        self.recent = IntRing()
+        self.positives = IntRing()
 
     def items(self) -> np.ndarray:
-        return np.fromiter([*self.recent, *self.positives], dtype=np.int64,
-                           count=len(self.recent) + len(self.positives))
+        return np.concatenate([self.recent.array(), self.positives.array()])
 
     def __len__(self) -> int:
         return len(self.recent) + len(self.positives)
@@ -74,11 +75,12 @@ class ReplayIndex:
         self.lifo = bool(lifo)
         self._shards = [_Shard(self.capacity // self.shards, self.delta)
                         for _ in range(self.shards)]
-        # id -> [generation_step, insert_step, uses, last_use, positive]
-        self._meta: dict[int, list] = {}
+        # Per held item, as numpy columns (a dict of lists would cost ~250 bytes an item).
+        self._meta = IdTable(META_COLUMNS)
         self._next_shard = 0
         self._uses: list[np.ndarray] = []  # per sample() call: (id, step, staleness, since_last)
-        self._final_uses: list[int] = []  # use counts of rollouts that left the buffer
+        # Use counts of the rollouts that left the buffer, as a histogram: index = uses.
+        self._final_uses = np.zeros(1, dtype=np.int64)
 
     # ---- contents ----------------------------------------------------------------------
 
@@ -97,10 +99,18 @@ class ReplayIndex:
 
     def metadata(self, ids) -> dict[str, np.ndarray]:
         """generation_step, insert_step, uses, last_use (-1 never) and positive, per id."""
-        rows = np.array([self._meta[int(i)] for i in np.atleast_1d(ids)], dtype=np.int64)
-        rows = rows.reshape(-1, 5)
-        return {"generation_step": rows[:, 0], "insert_step": rows[:, 1], "uses": rows[:, 2],
-                "last_use": rows[:, 3], "positive": rows[:, 4].astype(bool)}
+        rows = self._meta.rows(np.atleast_1d(ids))
+        return {k: c[rows].astype(bool if k == "positive" else np.int64)
+                for k, c in self._meta.cols.items()}
+
+    def _leave(self, ids) -> None:
+        """Drop ``ids`` from the metadata, keeping their final use counts."""
+        rows = self._meta.delete(ids)
+        uses = self._meta.cols["uses"][rows]
+        if uses.size and uses.max() >= self._final_uses.size:
+            self._final_uses = np.pad(self._final_uses, (0, uses.max() + 1 -
+                                                         self._final_uses.size))
+        np.add.at(self._final_uses, uses, 1)
 
     # ---- producer side -----------------------------------------------------------------
 
@@ -131,12 +141,16 @@ class ReplayIndex:
             target = np.broadcast_to(np.asarray(shard, dtype=np.int64), (n,))
             if np.any((target < 0) | (target >= self.shards)):
                 raise ValueError(f"shard must be in [0, {self.shards - 1}]")
+        held = self._meta.contains(ids)
+        if np.any(held) or np.unique(ids).size < n:
+            srt = np.sort(ids)
+            key = int(ids[held][0]) if np.any(held) else int(srt[1:][np.diff(srt) == 0][0])
+            raise ValueError(f"item id {key} is already in the buffer (ids must be unique)")
+        self._meta.insert(ids, generation_step=gen, insert_step=ins, uses=0, last_use=NEW,
+                          positive=pos)
         evicted = []
         for i in range(n):
             key = int(ids[i])
-            if key in self._meta:
-                raise ValueError(f"item id {key} is already in the buffer (ids must be unique)")
-            self._meta[key] = [int(gen[i]), int(ins[i]), 0, NEW, int(pos[i])]
             sh = self._shards[int(target[i])]
             sh.recent.append(key)
             if self.lifo:
@@ -145,15 +159,15 @@ class ReplayIndex:
                 continue
             if len(sh.recent) > sh.n_recent:
                 old = sh.recent.popleft()
-                if sh.n_pos > 0 and self._meta[old][4]:
+                if sh.n_pos > 0 and bool(self._meta.cols["positive"][self._meta.rows(old)]):
                     sh.positives.append(old)
                     if len(sh.positives) > sh.n_pos:
                         evicted.append(sh.positives.popleft())
                 else:
                     evicted.append(old)
-        for key in evicted:
-            self._final_uses.append(self._meta.pop(key)[2])
-        return np.asarray(evicted, dtype=np.int64)
+        evicted = np.asarray(evicted, dtype=np.int64)
+        self._leave(evicted)
+        return evicted
 
     # ---- consumer side -----------------------------------------------------------------
 
@@ -185,23 +199,25 @@ class ReplayIndex:
             elif self.sampling == "without_replacement":
                 chosen = pool[rng.choice(pool.size, b, replace=False)]
             else:
-                unused = np.array([self._meta[int(i)][2] == 0 for i in pool])
+                unused = self._meta.cols["uses"][self._meta.rows(pool)] == 0
                 fresh, used = pool[unused], pool[~unused]
                 if fresh.size >= b:
                     chosen = fresh[rng.choice(fresh.size, b, replace=False)]
                 else:
                     rest = used[rng.choice(used.size, b - fresh.size, replace=False)]
                     chosen = np.concatenate([rng.permutation(fresh), rest])
-        rec = np.empty((b, 4), dtype=np.int64)
-        for j, key in enumerate(chosen):
-            m = self._meta[int(key)]
-            since = NEW if m[3] == NEW else step - m[3]
-            rec[j] = (key, step, step - m[0], since)
-            m[2] += 1
-            m[3] = step
+        cols, rows = self._meta.cols, self._meta.rows(chosen)
+        last = cols["last_use"][rows]
+        # A rollout drawn twice in one batch: its later draws come 0 steps after the first.
+        first = np.zeros(b, dtype=bool)
+        first[np.unique(rows, return_index=True)[1]] = True
+        since = np.where(first, np.where(last == NEW, NEW, step - last), 0)
+        rec = np.stack([chosen, np.full(b, step), step - cols["generation_step"][rows], since],
+                       1).astype(np.int64)
+        np.add.at(cols["uses"], rows, 1)
+        cols["last_use"][rows] = step
         if self.lifo:
-            for key in chosen:
-                self._final_uses.append(self._meta.pop(int(key))[2])
+            self._leave(chosen)
         self._uses.append(rec)
         return chosen
 
@@ -220,9 +236,13 @@ class ReplayIndex:
                 "since_last_use": rec[:, 3]}
 
     def replay_ratios(self, include_live: bool = True) -> np.ndarray:
-        """Uses per rollout: final counts of rollouts that left, plus (if asked) current ones."""
-        live = [m[2] for m in self._meta.values()] if include_live else []
-        return np.asarray(self._final_uses + live, dtype=np.int64)
+        """Uses per rollout: final counts of rollouts that left (in increasing order), plus
+        (if asked) those of the rollouts held."""
+        gone = np.repeat(np.arange(self._final_uses.size), self._final_uses)
+        if not include_live:
+            return gone
+        return np.concatenate([gone, self._meta.cols["uses"][self._meta.live_rows()]
+                               .astype(np.int64)])
 
     def histograms(self, include_live: bool = True) -> dict[str, dict]:
         """The three histograms of section 2 as {value: count} dicts.
@@ -251,12 +271,14 @@ class ReplayIndex:
 
     def state_dict(self) -> dict:
         """Everything needed to resume, as plain Python/numpy objects."""
+        rows = self._meta.live_rows()
         return {"capacity": self.capacity, "sampling": self.sampling, "delta": self.delta,
                 "shards": self.shards, "lifo": self.lifo, "next_shard": self._next_shard,
-                "recent": [list(s.recent) for s in self._shards],
-                "positives": [list(s.positives) for s in self._shards],
-                "meta": {int(k): list(m) for k, m in self._meta.items()},
-                "uses": self.use_records(), "final_uses": list(self._final_uses)}
+                "recent": [s.recent.array().tolist() for s in self._shards],
+                "positives": [s.positives.array().tolist() for s in self._shards],
+                "meta": {int(i): [int(x) for x in m] for i, m in zip(
+                    self._meta.ids[rows], zip(*(self._meta.cols[k][rows] for k in META_COLUMNS)))},
+                "uses": self.use_records(), "final_uses": self.replay_ratios(False).tolist()}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "ReplayIndex":
@@ -265,14 +287,19 @@ class ReplayIndex:
                   shards=state["shards"], lifo=state["lifo"])
         buf._next_shard = int(state["next_shard"])
         for sh, rec, pos in zip(buf._shards, state["recent"], state["positives"]):
-            sh.recent.extend(int(i) for i in rec)
-            sh.positives.extend(int(i) for i in pos)
-        buf._meta = {int(k): [int(x) for x in m] for k, m in state["meta"].items()}
+            sh.recent, sh.positives = IntRing(rec), IntRing(pos)
+        meta = sorted((int(k), m) for k, m in state["meta"].items())
+        if meta:
+            values = np.array([m for _, m in meta], dtype=np.int64).reshape(-1, 5)
+            buf._meta.insert([k for k, _ in meta],
+                             **{k: values[:, j] for j, k in enumerate(META_COLUMNS)})
         u = state["uses"]
         if len(u["item_id"]):
             buf._uses = [np.stack([np.asarray(u[k], dtype=np.int64) for k in
                                    ("item_id", "step", "staleness", "since_last_use")], 1)]
-        buf._final_uses = [int(x) for x in state["final_uses"]]
+        final = np.asarray(state["final_uses"], dtype=np.int64)
+        buf._final_uses = np.bincount(final, minlength=1) if final.size else \
+            np.zeros(1, dtype=np.int64)
         return buf
 
 

@@ -66,4 +66,5 @@ def make_sampler(cfg, model, tokenizer) -> Sampler:
                            if cfg.model.name == "tiny" else None,
                            kv_cache_gb=cfg.sampler.vllm_kv_cache_gb, seed=cfg.run.seed)
     from .hf import HFSampler
-    return HFSampler(model, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    return HFSampler(model, tokenizer.eos_token_id, tokenizer.pad_token_id,
+                     direct=cfg.run.direct_forward)

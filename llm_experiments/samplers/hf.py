@@ -15,6 +15,7 @@ import inspect
 import numpy as np
 import torch
 
+from ..direct import StaticDecoder, left_pad, supports
 from . import Generation, WeightUpdate
 
 
@@ -40,18 +41,54 @@ def inverse_cdf(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return idx.clamp(max=logp.shape[-1] - 1)
 
 
-class HFSampler:
-    """Sampler over its own copy of a transformers causal LM."""
+class GenericDecoder:
+    """The interface of ``direct.StaticDecoder`` over the model's generic forward and its
+    growing cache (any architecture)."""
 
-    def __init__(self, model, eos_id: int, pad_id: int):
+    def __init__(self, model, prompts, pad_id: int, device):
+        self.model = model
+        self.ids, self.mask, self.pos = left_pad(prompts, pad_id, device)
+        params = inspect.signature(model.forward).parameters
+        # transformers >= 5.24 renamed past_key_values to cache.
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.cache = None
+
+    def _forward(self, ids, pos):
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
+                         use_cache=True,
+                         **({self.cache_kw: self.cache} if self.cache is not None else {}))
+        self.cache = out.get("cache") if "cache" in out else out.get("past_key_values")
+        return out.logits[:, -1]
+
+    def next_positions(self) -> torch.Tensor:
+        """Position (n, 1) of the first new token of each row."""
+        return self.pos[:, -1:] + 1
+
+    def prefill(self):
+        """Next-token logits (n, V) after each prompt."""
+        return self._forward(self.ids, self.pos)
+
+    def step(self, tok, pos, t: int):
+        """Next-token logits (n, V) after new token ``tok`` (n, 1)."""
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        return self._forward(tok, pos)
+
+
+class HFSampler:
+    """Sampler over its own copy of a transformers causal LM.
+
+    direct: decode with ``direct.StaticDecoder`` where it supports the model (static cache,
+    each distinct prompt prefilled once), else through the generic forward.
+    """
+
+    def __init__(self, model, eos_id: int, pad_id: int, direct: bool = True):
         self.model = copy.deepcopy(model).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
         self.version = -1
-        params = inspect.signature(self.model.forward).parameters
-        # transformers >= 5.24 renamed past_key_values to cache.
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.direct = bool(direct) and supports(self.model)
+        self._own = self.model.state_dict()  # views of the weights, for load_weights
 
     @property
     def device(self) -> torch.device:
@@ -59,16 +96,18 @@ class HFSampler:
         return next(self.model.parameters()).device
 
     def load_weights(self, update: WeightUpdate) -> None:
-        """See ``Sampler.load_weights``."""
+        """See ``Sampler.load_weights``. A state with exactly the model's keys and shapes is
+        copied tensor by tensor (``load_state_dict``'s module walk costs more than the copy
+        for small models); anything else goes through ``load_state_dict`` and its checks."""
+        state = update.state
         with torch.no_grad():
-            self.model.load_state_dict(update.state)
+            if state.keys() == self._own.keys() and all(
+                    t.shape == state[k].shape for k, t in self._own.items()):
+                for k, t in self._own.items():
+                    t.copy_(state[k])
+            else:
+                self.model.load_state_dict(state)
         self.version = int(update.version)
-
-    def _forward(self, ids, mask, pos, cache):
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                         **({self._cache_kw: cache} if cache is not None else {}))
-        new_cache = out.get("cache") if "cache" in out else out.get("past_key_values")
-        return out.logits[:, -1], new_cache
 
     @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens: int, temperature: float,
@@ -83,38 +122,33 @@ class HFSampler:
             if u_all.shape != (n, max_new_tokens):
                 raise ValueError(f"uniforms must have shape ({n}, {max_new_tokens}), got "
                                  f"{tuple(u_all.shape)}")
-        width = max(len(p) for p in prompts)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.as_tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
-        ids, mask = ids.to(dev), mask.to(dev)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, cache = self._forward(ids, mask, pos, None)
-        next_pos = pos[:, -1:] + 1
-        tokens = torch.full((n, max_new_tokens), self.pad_id, dtype=torch.long)
-        logprobs = torch.zeros((n, max_new_tokens), dtype=torch.float32)
-        done = torch.zeros(n, dtype=torch.bool)
-        lengths = torch.full((n,), max_new_tokens, dtype=torch.long)
+        u_all = u_all.to(dev)
+        decoder = StaticDecoder(self.model, prompts, max_new_tokens, self.pad_id, dev) \
+            if self.direct else GenericDecoder(self.model, prompts, self.pad_id, dev)
+        logits = decoder.prefill()
+        next_pos = decoder.next_positions()
+        # Outputs stay on the device and are written whole columns at a time.
+        tokens = torch.full((n, max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
+        logprobs = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=dev)
+        done = torch.zeros(n, dtype=torch.bool, device=dev)
+        lengths = torch.full((n,), max_new_tokens, dtype=torch.long, device=dev)
         for t in range(max_new_tokens):
             if temperature == 0.0:
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 tok = logp.argmax(-1)
             else:
                 logp = step_distribution(logits, temperature, top_p)
-                tok = inverse_cdf(logp, u_all[:, t].to(dev))
-            lp = logp.gather(-1, tok[:, None]).squeeze(-1).float().cpu()
-            tok_cpu, live = tok.cpu(), ~done
-            tokens[live, t] = tok_cpu[live]
-            logprobs[live, t] = lp[live]
-            ended = live & (tok_cpu == self.eos_id)
-            lengths[ended] = t + 1
+                tok = inverse_cdf(logp, u_all[:, t])
+            lp = logp.gather(-1, tok[:, None]).squeeze(-1).float()
+            live = ~done
+            tokens[:, t] = torch.where(live, tok, self.pad_id)
+            logprobs[:, t] = torch.where(live, lp, 0.0)
+            ended = live & (tok == self.eos_id)
+            lengths = torch.where(ended, t + 1, lengths)
             done |= ended
-            if bool(done.all()) or t == max_new_tokens - 1:
+            if t == max_new_tokens - 1 or bool(done.all()):
                 break
-            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=dev)], dim=1)
-            logits, cache = self._forward(tok[:, None], mask, next_pos, cache)
+            logits = decoder.step(tok[:, None], next_pos, t)
             next_pos = next_pos + 1
-        return Generation(tokens.numpy().astype(np.int32), logprobs.numpy(),
-                          lengths.numpy().astype(np.int32), done.numpy().copy())
+        return Generation(tokens.cpu().numpy().astype(np.int32), logprobs.cpu().numpy(),
+                          lengths.cpu().numpy().astype(np.int32), done.cpu().numpy())

@@ -10,12 +10,16 @@ def rollouts(start, n, version=0, reward=0.0, group=0):
             for i in range(start, start + n)]
 
 
+def held(buf):
+    return sorted(r.item_id for r in buf.rollouts())
+
+
 def test_fifo_eviction_drops_payloads():
     buf = RolloutBuffer(4)
     buf.add(rollouts(0, 3), insert_step=0)
     evicted = buf.add(rollouts(3, 3, version=1), insert_step=1)
     assert evicted.tolist() == [0, 1]
-    assert sorted(buf.store) == [2, 3, 4, 5] and len(buf) == 4
+    assert held(buf) == [2, 3, 4, 5] and len(buf) == 4
 
 
 @pytest.mark.parametrize("mode", ["with_replacement", "without_replacement",
@@ -41,7 +45,7 @@ def test_lifo_queue_consumes_freshest_once():
     buf.add(rollouts(4, 4, version=1), insert_step=1)
     batch = buf.sample(4, step=1, rng=np.random.default_rng(0))
     assert sorted(r.item_id for r in batch) == [4, 5, 6, 7]
-    assert sorted(buf.store) == [0, 1, 2, 3] and len(buf) == 4
+    assert held(buf) == [0, 1, 2, 3] and len(buf) == 4
 
 
 def test_positive_bias_keeps_correct_rollouts():
@@ -49,7 +53,7 @@ def test_positive_bias_keeps_correct_rollouts():
     buf = RolloutBuffer(8, delta=0.75)
     buf.add(rollouts(0, 6, reward=1.0), insert_step=0)
     buf.add(rollouts(6, 10, reward=0.0), insert_step=1)
-    assert sorted(buf.store) == [0, 1, 2, 3, 4, 5, 14, 15]
+    assert held(buf) == [0, 1, 2, 3, 4, 5, 14, 15]
 
 
 def test_shards_split_the_batch():
@@ -87,4 +91,33 @@ def test_state_round_trip():
     back = RolloutBuffer.from_state_dict(buf.state_dict())
     r1, r2 = np.random.default_rng(5), np.random.default_rng(5)
     assert [r.item_id for r in buf.sample(3, 1, r1)] == [r.item_id for r in back.sample(3, 1, r2)]
-    np.testing.assert_array_equal(back.store[2].logprobs, buf.store[2].logprobs)
+    for a, b in zip(back.rollouts(), buf.rollouts()):
+        assert a.item_id == b.item_id and a.advantage == b.advantage
+        np.testing.assert_array_equal(a.prompt, b.prompt)
+        np.testing.assert_array_equal(a.logprobs, b.logprobs)
+
+
+def test_payloads_survive_repacking_and_stay_compact():
+    """Many insertions (arena repacks, table reallocations): every held payload is intact,
+    and the storage stays within ~2x the raw bytes (4 per id and log-prob, 8 per scalar)."""
+    rng = np.random.default_rng(0)
+    buf, made = RolloutBuffer(64, delta=0.25), {}
+    for step in range(40):
+        new = []
+        for i in range(step * 16, step * 16 + 16):
+            c = rng.integers(3, 15, int(rng.integers(1, 9))).astype(np.int32)
+            new.append(Rollout(i, i // 4, i, step, rng.integers(3, 15, 6).astype(np.int32), c,
+                               -rng.random(len(c)).astype(np.float32), float(i % 3 == 0),
+                               float(rng.standard_normal())))
+        made.update((r.item_id, r) for r in new)
+        buf.add(new, insert_step=step)
+    held = buf.rollouts()
+    assert len(held) == 64
+    for r in held:
+        m = made[r.item_id]
+        assert (r.group_id, r.problem_id, r.version, r.reward, r.advantage) == \
+            (m.group_id, m.problem_id, m.version, m.reward, m.advantage)
+        for f in ("prompt", "completion", "logprobs"):
+            np.testing.assert_array_equal(getattr(r, f), getattr(m, f))
+    raw = sum(4 * (len(r.prompt) + 2 * len(r.completion)) + 8 * 6 for r in held)
+    assert buf.nbytes() < 3 * raw

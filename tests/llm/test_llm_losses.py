@@ -22,10 +22,10 @@ def test_group_advantages_hand_values_and_zero_std():
 def _batch(logp_old, adv, mask):
     n, length = np.shape(logp_old)
     t = torch.tensor
-    return TokenBatch(torch.zeros((n, length + 1), dtype=torch.long),
-                      torch.zeros((n, length), dtype=torch.long),
-                      torch.zeros((n, length), dtype=torch.long), t(mask),
-                      t(logp_old, dtype=torch.float32), t(adv, dtype=torch.float32))
+    return TokenBatch(torch.zeros((n, length), dtype=torch.long), t(mask),
+                      t(logp_old, dtype=torch.float32), t(adv, dtype=torch.float32),
+                      input_ids=torch.zeros((n, length + 1), dtype=torch.long),
+                      index=torch.zeros((n, length), dtype=torch.long))
 
 
 def test_grpo_clip_hand_computed():

