@@ -34,19 +34,21 @@ from figures.style import ON_POLICY_COLOR, PALETTE, plt, save
 from llm_experiments.paired import (TARGET, cell_scores, compute_score, kind, measured_mu,
                                     tail_score)
 from llm_experiments.results import load_runs
-from replaytheory.analysis import curves_on_grid, median_iqr, pareto_frontier
+from replaytheory.analysis import curves_on_grid, median_iqr
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "cpu_sweep"
 
 
-def _mus(runs, results_dir):
-    """The mu values of the validation: measured, then the accounting values."""
+def _mus(runs, results_dir, loss):
+    """The loss's mu values of the validation: measured, then the accounting values."""
     path = Path(results_dir) / "validation.json"
     if path.exists():
         with open(path) as fh:
-            mus = sorted({r["mu"] for r in json.load(fh)})
-        return mus
-    return [round(measured_mu(runs), 3), 2.0, 6.84]
+            mus = sorted({r["mu"] for r in json.load(fh) if "mu" in r and r["loss"] == loss})
+        if mus:
+            return mus
+    mine = [r for r in runs if r.get("trainer.loss") == loss]
+    return [round(measured_mu(mine), 3), 2.0, 6.84]
 
 
 def _band(ax, runs, mu, color, label, grid):
@@ -95,15 +97,19 @@ def _predictions(results_dir, loss, mu):
         return []
     with open(path) as fh:
         recs = json.load(fh)
-    return [r for r in recs if r["loss"] == loss and math.isclose(r["mu"], mu, rel_tol=1e-6)]
+    return [r for r in recs if r["loss"] == loss and "mu" in r
+            and math.isclose(r["mu"], mu, rel_tol=1e-6)]
 
 
 def heatmaps(runs, mus, results_dir, out_dir=None, loss="grpo"):
     runs = [r for r in runs if r.get("trainer.loss") == loss]
     panels = [("tail accuracy", cell_scores(runs, tail_score, "max"), None)]
-    panels += [(f"compute to {TARGET:g}, mu={mu:g}", cell_scores(runs, compute_score(mu), "min"),
-                mu) for mu in mus]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 3.0),
+    for mu in mus:
+        scores = cell_scores(runs, compute_score(mu), "min")
+        onp = [c.median for c in scores if c.kind == "on_policy"]
+        extra = f"\n(on-policy {onp[0]:.0f})" if onp else ""
+        panels.append((f"compute to {TARGET:g}, mu={mu:.3g}{extra}", scores, mu))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 3.8),
                              layout="constrained")
     markers = {"asymptotic": "*", "finite_eta": "P"}
     for ax, (title, scores, mu) in zip(np.atleast_1d(axes), panels):
@@ -112,22 +118,29 @@ def heatmaps(runs, mus, results_dir, out_dir=None, loss="grpo"):
         cmap = "viridis" if mu is None else "viridis_r"
         im = ax.imshow(finite, origin="lower", cmap=cmap, aspect="auto")
         for (i, j), val in np.ndenumerate(m):
-            ax.text(j, i, "inf" if np.isinf(val) else f"{val:.2g}", ha="center", va="center",
-                    fontsize=6, color="w")
+            text = "inf" if np.isinf(val) else f"{val:.2f}" if mu is None else f"{val:.0f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=6, color="w")
         ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs])
         ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys])
         ax.set(xlabel="horizon x = N/R (steps)", ylabel="replay ratio y = B/R", title=title)
         ax.grid(False)
+        if np.any(np.isfinite(finite)):
+            bi, bj = np.unravel_index(np.nanargmin(finite) if mu is not None
+                                      else np.nanargmax(finite), finite.shape)
+            ax.plot(bj, bi, "s", mfc="none", mec="k", ms=16, mew=1.5, label="measured best")
         if mu is not None:
+            # Variants that predict the same point share one marker.
+            points: dict = {}
             for rec in _predictions(results_dir, loss, mu):
-                px = np.interp(np.log(max(rec["predicted_horizon"], 1e-9)), np.log(xs),
-                               np.arange(len(xs)))
-                py = np.interp(np.log(max(rec["predicted_replay_ratio"], 1e-9)), np.log(ys),
-                               np.arange(len(ys)))
-                ax.plot(px, py, markers.get(rec["variant"], "X"), color="r", ms=9,
-                        mec="w", label=rec["variant"])
-            if _predictions(results_dir, loss, mu):
-                ax.legend(fontsize=6, loc="upper right")
+                key = (round(rec["predicted_horizon"], 6), round(rec["predicted_replay_ratio"], 6))
+                points.setdefault(key, []).append(rec["variant"])
+            for (hx, hy), names in points.items():
+                px = np.interp(np.log(max(hx, 1e-9)), np.log(xs), np.arange(len(xs)))
+                py = np.interp(np.log(max(hy, 1e-9)), np.log(ys), np.arange(len(ys)))
+                ax.plot(px, py, markers.get(names[0], "X"), color="r", ms=9, mec="w",
+                        label=" = ".join(names) + f" ({hx:.3g}, {hy:.3g})")
+        ax.legend(fontsize=5.5, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=1,
+                  frameon=False)
         fig.colorbar(im, ax=ax, shrink=0.8)
     fig.suptitle(f"{loss}: best learning rate per cell, median over seeds; markers: predicted "
                  "optimum (clipped to the grid)", fontsize=8)
@@ -135,24 +148,25 @@ def heatmaps(runs, mus, results_dir, out_dir=None, loss="grpo"):
 
 
 def pareto(runs, mu, out_dir=None, loss="grpo"):
+    """The Pareto frontier of accuracy against compute over (cell, learning rate): the upper
+    envelope of the median curves, on-policy vs buffer (claim 1 counts where one is above)."""
     runs = [r for r in runs if r.get("trainer.loss") == loss]
+    top = max(float(r.compute(mu)[-1]) for r in runs)
+    grid = np.linspace(0, top, 200)
     fig, ax = plt.subplots(figsize=(4.6, 3.4))
     for label, kinds, color in (("on-policy", ("on_policy",), ON_POLICY_COLOR),
                                 ("buffer", ("grid", "delta"), PALETTE[2])):
-        pts = []
+        envelope = np.full(grid.size, -np.inf)
         for cell_runs in _cells_by_lr(runs, kinds):
-            comp = float(np.median([r.compute(mu)[-1] for r in cell_runs]))
-            acc = float(np.median([tail_score(r) for r in cell_runs]))
-            pts.append((comp, acc))
-        if not pts:
-            continue
-        c, a = np.array(pts).T
-        ax.plot(c, a, "o", color=color, alpha=0.35, ms=3)
-        front = pareto_frontier(c, a)
-        ax.step(c[front], a[front], where="post", color=color, label=f"{label} frontier")
-    ax.set(xlabel=f"compute of the run (trainer updates, mu={mu:g})",
-           ylabel="tail accuracy (median over seeds)",
-           title=f"{loss}: each point a (cell, learning rate)")
+            curves = [(r.compute(mu), r.eval["eval_accuracy"]) for r in cell_runs]
+            med = median_iqr(curves_on_grid(curves, grid), axis=0)[0]
+            ax.plot(grid, med, color=color, alpha=0.15, lw=0.6)
+            envelope = np.fmax(envelope, med)
+        if np.any(np.isfinite(envelope)):
+            ax.plot(grid, envelope, color=color, lw=1.8, label=f"{label} frontier")
+    ax.set(xlabel=f"compute (trainer updates, mu={mu:g})",
+           ylabel="held-out accuracy (median over seeds)",
+           title=f"{loss}: frontier over cells and learning rates")
     ax.legend()
     return save(fig, f"paired_pareto_{loss}", out_dir)
 
@@ -222,9 +236,9 @@ def histograms(results_dir, out_dir=None):
 def main(out_dir=None, results_dir=RESULTS) -> list:
     """Write every paired figure from the saved results; returns the paths."""
     runs = load_runs(os.path.join(results_dir, "curves.jsonl"))
-    mus = _mus(runs, results_dir)
     paths = []
     for loss in sorted({r.get("trainer.loss") for r in runs}):
+        mus = _mus(runs, results_dir, loss)
         paths += accuracy_vs_compute(runs, mus, out_dir, loss)
         paths += heatmaps(runs, mus, results_dir, out_dir, loss)
         paths += pareto(runs, mus[-1], out_dir, loss)

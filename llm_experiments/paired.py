@@ -22,6 +22,8 @@ from .results import Run, by_cell, score_table
 
 # Fixed before the sweep ran: the warm start sits at 0.31 and 300 steps reach 0.6-0.7.
 TARGET = 0.55
+# The bar: below it the grid disagrees with itself too much to judge a prediction.
+GATE_THRESHOLD = 0.9
 
 
 def kind(run: Run) -> str:

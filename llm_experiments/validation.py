@@ -40,7 +40,7 @@ from replaytheory.analysis import regret, spearman
 from replaytheory.io import write_json
 from replaytheory.probes import UNIT_SEQUENCE, ProbeSet
 
-from .paired import TARGET, best_cell, cell_scores, compute_score, gate, kind, measured_mu
+from .paired import GATE_THRESHOLD, TARGET, best_cell, cell_scores, compute_score, gate, kind, measured_mu
 from .results import load_runs
 
 VARIANTS = ("asymptotic", "effective_coupling", "finite_eta")
@@ -173,7 +173,8 @@ def validate(curves: str, calibration_dir: str, *, target: float = TARGET,
                     "spearman": spearman(j, measured),
                     "regret": regret(chosen.median, best.median)
                     if 0 < best.median < math.inf else math.nan,
-                    "gate_spearman": g, "n_cells": len(grid),
+                    "gate_spearman": g, "gate_passed": bool(g >= GATE_THRESHOLD),
+                    "n_cells": len(grid),
                     "notes": list(pred.notes)})
         records.append({"loss": loss, "calibration": _summary(cal, big_l, f0)})
     return records
@@ -221,7 +222,7 @@ def main(argv=None) -> int:
                   f"({r['predicted_horizon']:.3g}, {r['predicted_replay_ratio']:.3g}) -> "
                   f"{r['predicted_cell']:>14s} | best {r['best_cell']:>14s} | regret "
                   f"{r['regret']:.2f} | spearman {r['spearman']:.2f} | gate "
-                  f"{r['gate_spearman']:.2f}")
+                  f"{r['gate_spearman']:.2f}{'' if r['gate_passed'] else ' (gate not met)'}")
     return 0
 
 
