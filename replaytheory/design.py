@@ -239,11 +239,17 @@ def _minimise_over_horizon(log_objective, x_max=math.inf):
         raise ValueError("the noise model gives no finite objective at any horizon")
     # Ties within rounding at an end of the range mean the profile is flat there (e.g. the
     # noise stops growing): report the limit rather than an arbitrary far-out grid point.
-    if vals[-1] - vals[i] <= 1e-12:
+    capped = math.isfinite(x_max) and i == grid.size - 1
+    if capped:
+        # The cap is the last grid point: the optimum lies between its neighbour and the cap
+        # (the polish below keeps whichever is lower, the cap included).
+        lo, hi = grid[i - 1], grid[i]
+    elif vals[-1] - vals[i] <= 1e-12:
         return x_max
-    if i == 0 or vals[0] - vals[i] <= 1e-12:
+    elif i == 0 or vals[0] - vals[i] <= 1e-12:
         return 0.0
-    lo, hi = grid[i - 1], grid[i + 1]
+    else:
+        lo, hi = grid[i - 1], grid[i + 1]
     res = optimize.minimize_scalar(lambda u: float(log_profile(u)), bounds=(lo, hi),
                                    method="bounded", options={"xatol": 1e-12})
     best = float(res.x)
@@ -252,6 +258,8 @@ def _minimise_over_horizon(log_objective, x_max=math.inf):
     def slope(u):
         return float(log_profile(u + h) - log_profile(u - h)) / (2 * h)
 
+    if capped and log_profile(hi) <= log_profile(best):
+        best = hi
     try:
         if slope(lo) < 0 < slope(hi):
             root = optimize.brentq(slope, lo, hi, xtol=1e-14, rtol=1e-15)
@@ -259,7 +267,7 @@ def _minimise_over_horizon(log_objective, x_max=math.inf):
                 best = root
     except (ValueError, RuntimeError):
         pass
-    return float(math.exp(best))
+    return float(x_max) if capped and best == hi else float(math.exp(best))
 
 
 def optimal_design(mu: float, rho: float, noise: NoiseModel, *, average: str | None = None,

@@ -2,7 +2,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, example, given, settings, strategies as st
 
 from replaytheory import (ConstantNoise, PowerLawNoise, TabulatedNoise, finite_lr_design,
                           optimal_horizon,
@@ -216,3 +216,15 @@ def test_optimal_horizon_at_fixed_replay_ratio(y, rho, alpha):
     # d/dx [x^(2a) (1/y + rho + 1/x)] = 0  =>  x = (1 - 2a) / (2a (1/y + rho))
     x = optimal_horizon(y, mu=5.0, rho=rho, noise=PowerLawNoise(alpha))
     assert x == pytest.approx((1 - 2 * alpha) / (2 * alpha * (1 / y + rho)), rel=1e-6)
+
+
+@given(y=st.floats(0.5, 50), rho=st.floats(0.0, 1.0), alpha=st.floats(0.005, 0.45),
+       x_max=st.floats(2.0, 5000.0))
+@example(y=24.857142857142858, rho=0.01, alpha=0.01, x_max=1000.0)  # x* = 975.5 lies past the last grid point below the cap
+@settings(deadline=None)
+def test_optimal_horizon_with_a_cap_is_the_capped_optimum(y, rho, alpha, x_max):
+    # J is unimodal in x for the power law, so the capped optimum is min(x*, x_max) even
+    # when x* falls between the log grid's last point and the cap.
+    free = (1 - 2 * alpha) / (2 * alpha * (1 / y + rho))
+    x = optimal_horizon(y, mu=5.0, rho=rho, noise=PowerLawNoise(alpha), x_max=x_max)
+    assert x == pytest.approx(min(free, x_max), rel=1e-6)
