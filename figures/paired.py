@@ -39,7 +39,7 @@ from replaytheory.analysis import curves_on_grid, median_iqr
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "cpu_sweep"
 
 
-def _mus(runs, results_dir, loss):
+def validation_mus(runs, results_dir, loss: str = "grpo") -> list:
     """The loss's mu values of the validation: measured, then the accounting values."""
     path = Path(results_dir) / "validation.json"
     if path.exists():
@@ -238,7 +238,7 @@ def main(out_dir=None, results_dir=RESULTS) -> list:
     runs = load_runs(os.path.join(results_dir, "curves.jsonl"))
     paths = []
     for loss in sorted({r.get("trainer.loss") for r in runs}):
-        mus = _mus(runs, results_dir, loss)
+        mus = validation_mus(runs, results_dir, loss)
         paths += accuracy_vs_compute(runs, mus, out_dir, loss)
         paths += heatmaps(runs, mus, results_dir, out_dir, loss)
         paths += pareto(runs, mus[-1], out_dir, loss)
