@@ -17,7 +17,8 @@ the sampler.
 
 Contenders, run in turn within each repeat in this one process (so that a busy machine slows
 all alike): ours on-policy (B fresh rollouts per step), ours with a replay buffer (sync mode,
-replay ratio 2, N = 512: B/2 fresh rollouts per step), TRL. Throughput is the steady state
+replay ratio 2, N = 512: B/2 fresh rollouts per step), ours on-policy as before the speed
+work (``run.fast_kernels=false run.direct_forward=false``), TRL. Throughput is the steady state
 after ``--warmup`` steps: generated samples per second of wall time, and trainer steps per
 second; evaluation is outside the timed window. Learning check: mean train reward over the
 first and last quarter of the steps, and held-out greedy accuracy (the harness's
@@ -39,10 +40,16 @@ from benchmarks.common import print_table, set_threads, spread, write_result
 G, B, MAX_NEW = 8, 64, 6
 
 
-def harness_config(mode: str, steps: int, lr: float, threads: int, seed: int, cache: str):
+# The harness as it was before the speed work: default torch kernels, the model's generic
+# forward (bitwise the earlier computation).
+PLAIN = ("run.fast_kernels=false", "run.direct_forward=false")
+
+
+def harness_config(mode: str, steps: int, lr: float, threads: int, seed: int, cache: str,
+                   extra=()):
     """The cpu_tiny config with the shared settings (evaluation at the start and end only)."""
     from llm_experiments.config import load_config
-    return load_config("cpu_tiny", [
+    return load_config("cpu_tiny", [*extra, 
         f"schedule.mode={mode}", f"schedule.batch_size={B}", f"schedule.group_size={G}",
         "schedule.replay_ratio=2", "buffer.capacity=512", f"sampler.max_new_tokens={MAX_NEW}",
         f"trainer.lr={lr}", f"run.steps={steps}", f"run.threads={threads}", f"run.seed={seed}",
@@ -63,11 +70,11 @@ def quarters(rewards) -> tuple[float, float]:
     return float(np.mean(rewards[:q])), float(np.mean(rewards[-q:]))
 
 
-def run_ours(mode: str, args, seed: int) -> dict:
+def run_ours(mode: str, args, seed: int, extra=()) -> dict:
     """One harness run; throughput read from its own per-step metrics log."""
     from llm_experiments.experiment import run_experiment
     from llm_experiments.metrics import read_jsonl
-    cfg = harness_config(mode, args.steps, args.lr, args.threads, seed, args.cache)
+    cfg = harness_config(mode, args.steps, args.lr, args.threads, seed, args.cache, extra)
     with tempfile.TemporaryDirectory() as out:
         summary = run_experiment(cfg, os.path.join(out, "run"))
         recs = [r for r in read_jsonl(os.path.join(out, "run", "metrics.jsonl"))
@@ -158,6 +165,7 @@ def main(argv=None) -> dict:
     set_threads(args.threads)
     contenders = {"ours_on_policy": lambda s: run_ours("on_policy", args, s),
                   "ours_buffer_y2_N512": lambda s: run_ours("sync", args, s),
+                  "ours_on_policy_before": lambda s: run_ours("on_policy", args, s, PLAIN),
                   "trl_grpo": lambda s: run_trl(args, s)}
     runs: dict[str, list[dict]] = {k: [] for k in contenders}
     for rep in range(args.repeats):
@@ -170,6 +178,8 @@ def main(argv=None) -> dict:
               for o, t in zip(runs["ours_on_policy"], runs["trl_grpo"])]
     step_ratios = [o["steps_per_s"] / t["steps_per_s"]
                    for o, t in zip(runs["ours_buffer_y2_N512"], runs["trl_grpo"])]
+    before = [o["samples_per_s"] / t["samples_per_s"]
+              for o, t in zip(runs["ours_on_policy_before"], runs["trl_grpo"])]
     rows = []
     for name, rs in runs.items():
         med = {k: statistics.median([r[k] for r in rs]) for k in rs[0] if rs[0][k] is not None}
@@ -177,14 +187,16 @@ def main(argv=None) -> dict:
     print_table(rows, ["contender", "samples_per_s", "steps_per_s", "reward_first_quarter",
                        "reward_last_quarter", "eval_before", "eval_after"])
     r = spread(ratios)
+    b = spread(before)
     print(f"on-policy samples/s ours/TRL: min {r['min']:.2f}  median {r['median']:.2f}  "
-          f"max {r['max']:.2f}")
+          f"max {r['max']:.2f}  (before the speed work: median {b['median']:.2f})")
     result = {
         "ratio_median": r["median"], "ratio_min": r["min"], "ratio_max": r["max"],
         "ours_samples_per_s": statistics.median(x["samples_per_s"]
                                                 for x in runs["ours_on_policy"]),
         "trl_samples_per_s": statistics.median(x["samples_per_s"] for x in runs["trl_grpo"]),
         "buffer_vs_trl_steps_per_s_ratio": spread(step_ratios),
+        "before_ratio": b, "before_settings": list(PLAIN),
         "settings": {"model": "cpu_tiny (warm-started)", "task": "addition, 2 digits",
                      "group_size": G, "batch_size": B, "max_new_tokens": MAX_NEW,
                      "temperature": 1.0, "lr": args.lr, "steps": args.steps,

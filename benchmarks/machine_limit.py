@@ -29,9 +29,10 @@ import time
 from benchmarks.common import SIZES, best_of, print_table, set_threads, write_result
 
 N = 2048
-# The harness as configured, and without prompt sharing (every token of every rollout
-# computed: executed FLOPs = counted FLOPs).
-LAYOUTS = {"default": (), "no_sharing": ("run.direct_forward=false",)}
+# The harness as configured, without prompt sharing (every token of every rollout computed:
+# executed FLOPs = counted FLOPs), and as before the speed work (default kernels too).
+LAYOUTS = {"default": (), "no_sharing": ("run.direct_forward=false",),
+           "before": ("run.direct_forward=false", "run.fast_kernels=false")}
 
 
 def matmul_flops(threads: int) -> dict:

@@ -8,7 +8,8 @@ Workload: 2-digit addition prompts (5-6 tokens, left-padded), batch 64 / 256, 16
 tokens, temperature 1, for the cpu_tiny model shape (~1.0M parameters) and a ~3.2M one
 (random weights: speed does not depend on them). "ours" is the sampler as the harness runs
 it (oneDNN linear layers, ``run.fast_kernels``); "ours_default_kernel" the same sampler with
-torch's default linear kernel, the one ``generate`` uses. Every contender makes exactly that many
+torch's default linear kernel, the one ``generate`` uses; "ours_before" the sampler before the
+speed work (default kernel, the model's generic forward with a dynamic cache). Every contender makes exactly that many
 tokens (end-of-sequence does not stop a sequence), so tokens/s = batch x new tokens / seconds,
 best of ``--repeats`` timed calls after one warm-up call, contenders interleaved. Ours and
 vLLM also return the log-probability of every sampled token; ``generate`` is run without
@@ -35,10 +36,11 @@ def addition_prompts(tok, n: int, seed: int = 0) -> list[list[int]]:
             for a, b in rng.integers(0, 100, (n, 2))]
 
 
-def ours(model, tok, onednn: bool = True):
-    """Our sampler as the harness runs it (``run.fast_kernels``: oneDNN linear layers), or
-    with torch's default linear kernel; eos id -1 never matches, so every sequence runs to
-    the length."""
+def ours(model, tok, onednn: bool = True, direct: bool = True):
+    """Our sampler as the harness runs it (``run.fast_kernels``: oneDNN linear layers;
+    ``run.direct_forward``: static-cache decoding), or with torch's default linear kernel,
+    or also through the model's generic forward (the sampler before the speed work); eos id
+    -1 never matches, so every sequence runs to the length."""
     import copy
 
     from llm_experiments.kernels import use_onednn_linear
@@ -46,7 +48,7 @@ def ours(model, tok, onednn: bool = True):
     model = copy.deepcopy(model)
     if onednn:
         use_onednn_linear(model)
-    sampler = HFSampler(model, eos_id=-1, pad_id=tok.pad_token_id)
+    sampler = HFSampler(model, eos_id=-1, pad_id=tok.pad_token_id, direct=direct)
     return lambda prompts, new: sampler.generate(prompts, max_new_tokens=new,
                                                  temperature=1.0, seed=0)
 
@@ -104,6 +106,7 @@ def main(argv=None) -> dict:
     for size in args.sizes:
         model, tok = random_policy(size)
         contenders = {"ours": ours(model, tok), "ours_default_kernel": ours(model, tok, False),
+                      "ours_before": ours(model, tok, False, False),
                       "hf_generate": hf_generate(model, tok)}
         engine = vllm_engine(model, tok)
         if engine is not None:
@@ -124,14 +127,16 @@ def main(argv=None) -> dict:
                 row["ours/hf_generate"] = row["ours"] / row["hf_generate"]
                 row["default_kernel/hf_generate"] = row["ours_default_kernel"] / \
                     row["hf_generate"]
+                row["before/hf_generate"] = row["ours_before"] / row["hf_generate"]
                 if "vllm" in row:
                     row["ours/vllm"] = row["ours"] / row["vllm"]
                 rows.append(row)
                 print_table([row], list(row))
         del contenders, engine
     print("\ntokens/s (new tokens), best of", args.repeats)
-    columns = ["model", "batch", "new_tokens", "ours", "ours_default_kernel", "hf_generate",
-               "vllm", "ours/hf_generate", "default_kernel/hf_generate", "ours/vllm"]
+    columns = ["model", "batch", "new_tokens", "ours", "ours_default_kernel", "ours_before",
+               "hf_generate", "vllm", "ours/hf_generate", "default_kernel/hf_generate",
+               "before/hf_generate", "ours/vllm"]
     print_table(rows, columns)
     result = {"tokens_per_s": rows, "threads": args.threads, "repeats": args.repeats,
               "sizes": SIZES, "vllm": any("vllm" in r for r in rows)}
