@@ -5,13 +5,13 @@
 The spec (YAML)::
 
     config: cpu_tiny                  # the base config of every run
-    set: {train.steps: 300}           # overrides shared by every run
+    set: {run.steps: 300}             # overrides shared by every run
     cells:                            # optional: joint settings, one run group each
-      - {buffer.horizon: 1, buffer.replay_ratio: 1}
-      - {buffer.horizon: 4, buffer.replay_ratio: 2}
+      - {buffer.horizon: 1, schedule.replay_ratio: 1.0}
+      - {buffer.horizon: 4, schedule.replay_ratio: 2.0}
     grid:                             # crossed with every cell (cartesian product)
-      train.lr: [1.0e-4, 2.0e-4]
-      seed: [0, 1, 2, 3, 4]
+      trainer.lr: [1.0e-4, 2.0e-4]
+      run.seed: [0, 1, 2, 3, 4]
 
 Every run gets a stable id from its overrides and a folder ``OUT/runs/<id>``. A run is done
 when its ``summary.json`` exists: rerunning the sweep skips it. A folder without a summary is
