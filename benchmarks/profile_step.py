@@ -6,7 +6,9 @@ was before the speed work). Prints the phase split (sampling, update, the rest) 
 operators with the most self CPU time; writes ``benchmarks/results/profile_step.json``.
 
 Setting: cpu_tiny on-policy (B = 64 rollouts of G = 8, up to 6 new tokens), no probes, after
-3 warm-up steps.
+3 warm-up steps; ``--steps`` unprofiled steps give the phase split (sampling = the sampler's
+clock, update = the trainer's clock, the rest: rewards, buffer, bookkeeping), as many profiled
+steps the operator table.
 """
 
 from __future__ import annotations
@@ -41,14 +43,18 @@ def main(argv=None) -> dict:
         exp = Experiment(cfg, out)
         for _ in range(3):
             exp.advance()
+        # The phase split from unprofiled steps: the profiler's per-operator overhead would
+        # inflate the phases with many small operators.
         c = exp.clock
         gen0, train0 = c.gen_seconds, c.train_seconds
         t0 = time.perf_counter()
+        for _ in range(args.steps):
+            exp.advance()
+        wall = time.perf_counter() - t0
+        gen, train = c.gen_seconds - gen0, c.train_seconds - train0
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(args.steps):
                 exp.advance()
-        wall = time.perf_counter() - t0
-        gen, train = c.gen_seconds - gen0, c.train_seconds - train0
     total = sum(e.self_cpu_time_total for e in prof.key_averages())
     ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     rows = [{"operator": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1e3,
@@ -56,7 +62,7 @@ def main(argv=None) -> dict:
     phases = {"seconds_per_step": wall / args.steps, "sampling_share": gen / wall,
               "update_share": train / wall, "other_share": 1 - (gen + train) / wall}
     print(", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
-    print("(timings under the profiler, which adds its own overhead per operator)")
+    print("operators: self CPU time under the profiler (which adds overhead per operator)")
     print_table(rows, ["operator", "calls", "self_ms", "share"])
     result = {"overrides": args.set, "steps": args.steps, "threads": args.threads,
               **phases, "operators": rows}

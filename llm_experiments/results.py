@@ -13,6 +13,7 @@ chosen per cell (as the paper's Pareto frontiers do).
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -200,3 +201,22 @@ def compact_histograms(sweep_dir: str, out_path: str) -> int:
             "mean_replay_ratio": consumed / generated if generated else None}))
     atomic_write(out_path, lambda fh: fh.write("\n".join(lines) + "\n"))
     return len(lines)
+
+
+def main(argv=None) -> int:
+    """``python -m llm_experiments.results --sweep DIR --out curves.jsonl [--histograms F]``"""
+    p = argparse.ArgumentParser(description="compact a sweep folder for the analysis")
+    p.add_argument("--sweep", required=True, help="sweep folder (sweep.py --out)")
+    p.add_argument("--out", required=True, help="curves.jsonl to write")
+    p.add_argument("--histograms", help="also write the runs' histograms to this JSONL")
+    a = p.parse_args(argv)
+    if not os.path.isfile(os.path.join(a.sweep, "sweep.json")):
+        p.error(f"--sweep {a.sweep!r} is not a sweep folder (no sweep.json)")
+    print(f"{compact_sweep(a.sweep, a.out)} runs -> {a.out}")
+    if a.histograms:
+        print(f"{compact_histograms(a.sweep, a.histograms)} runs -> {a.histograms}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -11,6 +11,7 @@ import pytest
 from llm_experiments import claims
 from llm_experiments.paired import cell_scores, compute_score, gate, kind, tail_score
 from llm_experiments.results import compact_run, load_runs
+from llm_experiments.results import main as results_main
 from llm_experiments.validation import VARIANTS, load_probes, smoothness, validate
 
 FIXTURE = Path(__file__).with_name("fixtures") / "tiny_sweep"
@@ -29,6 +30,12 @@ def test_compaction_counts_compute_before_each_evaluation(tmp_path):
     rec = compact_run(str(tmp_path), "r", {"run.seed": 0})
     assert rec["eval"]["step"] == [0, 2, 3]
     assert rec["eval"]["samples_generated"] == [0, 64, 96]
+
+
+def test_results_cli_refuses_a_folder_that_is_not_a_sweep(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        results_main(["--sweep", str(tmp_path), "--out", str(tmp_path / "c.jsonl")])
+    assert exc.value.code == 2 and "not a sweep folder" in capsys.readouterr().err
 
 
 def test_runs_cells_and_scores():
@@ -52,8 +59,9 @@ def test_validation_records():
     for r in rows:
         for key in ("mu", "loss", "variant", "predicted_horizon", "predicted_replay_ratio",
                     "best_horizon", "best_replay_ratio", "spearman", "regret",
-                    "gate_spearman"):
+                    "gate_spearman", "gate_passed"):
             assert key in r
+        assert r["gate_passed"] == (r["gate_spearman"] >= 0.9)
         assert math.isnan(r["regret"]) or r["regret"] >= 0
     cal = [r for r in records if "calibration" in r]
     assert {r["loss"] for r in cal} == {"grpo", "asymre"}
