@@ -12,7 +12,8 @@ Run: ``python -m benchmarks.memory [--steps 150]``. Prints two tables and writes
   target is linear in N within ~2x raw.
 * Runs: peak resident set size (``ru_maxrss`` of the child process) of
   ``python -m llm_experiments run --config cpu_tiny`` for 1 step (start-up, model, one
-  evaluation: the floor) and for ``--steps`` steps at buffer capacities 512 and 4096.
+  evaluation: the floor) and for ``--steps`` steps at buffer capacities 512 and 4096, as
+  shipped and with the speed paths off (``run.fast_kernels``, ``run.direct_forward``).
 """
 
 from __future__ import annotations
@@ -77,13 +78,18 @@ def buffer_bytes(capacity: int, seed: int = 0) -> dict:
             "ratio_to_raw_with_index": used / (raw + 8 * INDEX_SCALARS * capacity)}
 
 
-def peak_rss(steps: int, capacity: int, cache: str) -> float:
-    """Peak RSS (MiB) of one cpu_tiny run in a child process."""
+# The harness as shipped, and with the speed paths off (see ``harness_vs_trl.PLAIN``): the
+# oneDNN kernels cache one primitive per matrix shape, which costs resident memory.
+LAYOUTS = {"default": (), "before": ("run.fast_kernels=false", "run.direct_forward=false")}
+
+
+def peak_rss(steps: int, capacity: int, cache: str, extra=()) -> float:
+    """Peak RSS (MiB) of one cpu_tiny run in a child process (``extra``: overrides)."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "llm_experiments", "run", "--config", "cpu_tiny",
                "--out", os.path.join(out, "run"), "--set", f"run.steps={steps}",
                "--set", f"buffer.capacity={capacity}", "--set", "run.progress=false",
-               "--set", f"run.cache_dir={cache}"]
+               "--set", f"run.cache_dir={cache}", *(a for e in extra for a in ("--set", e))]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)
         if status != 0:
@@ -104,12 +110,13 @@ def main(argv=None) -> dict:
     print("replay buffer after 2N insertions")
     print_table(buffers, ["capacity", "bytes", "bytes_per_rollout", "raw_bytes_per_rollout",
                           "ratio_to_raw", "ratio_to_raw_with_index"])
-    runs = [{"steps": 1, "capacity": 512}, {"steps": args.steps, "capacity": 512},
-            {"steps": args.steps, "capacity": 4096}]
+    runs = [{"layout": layout, "steps": steps, "capacity": capacity}
+            for layout in LAYOUTS
+            for steps, capacity in ((1, 512), (args.steps, 512), (args.steps, 4096))]
     for r in runs:
-        r["peak_rss_mib"] = peak_rss(r["steps"], r["capacity"], args.cache)
+        r["peak_rss_mib"] = peak_rss(r["steps"], r["capacity"], args.cache, LAYOUTS[r["layout"]])
     print("\ncpu_tiny runs")
-    print_table(runs, ["steps", "capacity", "peak_rss_mib"])
+    print_table(runs, ["layout", "steps", "capacity", "peak_rss_mib"])
     slope = np.polyfit([b["capacity"] for b in buffers], [b["bytes"] for b in buffers], 1)[0]
     result = {"buffer": buffers, "buffer_bytes_per_rollout_slope": float(slope),
               "runs": runs}
