@@ -75,6 +75,22 @@ class TokenBatch(_Rows):
     index: torch.Tensor = None
 
 
+def _completion_rows(rollouts, pad_id: int, device) -> dict:
+    """The ``_Rows`` fields of a batch of ``buffer.Rollout`` records, as tensors."""
+    n, length = len(rollouts), max(len(r.completion) for r in rollouts)
+    targets = np.full((n, length), pad_id, dtype=np.int64)
+    mask = np.zeros((n, length), dtype=bool)
+    old = np.zeros((n, length), dtype=np.float32)
+    for i, r in enumerate(rollouts):
+        c = len(r.completion)
+        targets[i, :c] = r.completion
+        mask[i, :c] = True
+        old[i, :c] = r.logprobs
+    adv = np.array([r.advantage for r in rollouts], dtype=np.float32)
+    return {k: torch.as_tensor(a, device=device)
+            for k, a in (("targets", targets), ("mask", mask), ("old_logp", old), ("adv", adv))}
+
+
 def collate(rollouts, pad_id: int, device="cpu") -> TokenBatch:
     """Build a ``TokenBatch`` from ``buffer.Rollout`` records."""
     n = len(rollouts)
@@ -82,20 +98,14 @@ def collate(rollouts, pad_id: int, device="cpu") -> TokenBatch:
     length = max(len(r.completion) for r in rollouts)
     ids = np.full((n, width), pad_id, dtype=np.int64)
     index = np.zeros((n, length), dtype=np.int64)
-    targets = np.full((n, length), pad_id, dtype=np.int64)
-    mask = np.zeros((n, length), dtype=bool)
-    old = np.zeros((n, length), dtype=np.float32)
     for i, r in enumerate(rollouts):
         p, c = len(r.prompt), len(r.completion)
         ids[i, :p] = r.prompt
         ids[i, p:p + c] = r.completion
         index[i] = np.minimum(np.arange(length) + p - 1, width - 2)
-        targets[i, :c] = r.completion
-        mask[i, :c] = True
-        old[i, :c] = r.logprobs
-    adv = np.array([r.advantage for r in rollouts], dtype=np.float32)
-    t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
-    return TokenBatch(t(targets), t(mask), t(old), t(adv), input_ids=t(ids), index=t(index))
+    return TokenBatch(**_completion_rows(rollouts, pad_id, device),
+                      input_ids=torch.as_tensor(ids, device=device),
+                      index=torch.as_tensor(index, device=device))
 
 
 def target_logprobs(picked: torch.Tensor, targets: torch.Tensor, temperature: float):
@@ -139,24 +149,14 @@ def collate_prompts(rollouts, pad_id: int, device="cpu") -> PromptBatch:
     prompts, row = unique_prompts([r.prompt.tolist() for r in rollouts])
     ids, pmask, ppos = left_pad(prompts, pad_id, device)
     n, length = len(rollouts), max(len(r.completion) for r in rollouts)
-    targets = np.full((n, length), pad_id, dtype=np.int64)
-    mask = np.zeros((n, length), dtype=bool)
-    old = np.zeros((n, length), dtype=np.float32)
-    for i, r in enumerate(rollouts):
-        c = len(r.completion)
-        targets[i, :c] = r.completion
-        mask[i, :c] = True
-        old[i, :c] = r.logprobs
     row = row.to(device)
     plen = pmask.sum(1)[row]
     completion_pos = plen[:, None] + torch.arange(length - 1, device=device)
     causal = torch.ones((length - 1, length - 1), dtype=torch.bool, device=device).tril()
     attention = torch.cat([pmask.bool()[row][:, None, :].expand(-1, length - 1, -1),
                            causal.expand(n, -1, -1)], 2)[:, None]
-    adv = np.array([r.advantage for r in rollouts], dtype=np.float32)
-    t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
-    return PromptBatch(t(targets), t(mask), t(old), t(adv), prompt_ids=ids, prompt_pos=ppos,
-                       prompt_attention=prompt_mask(pmask), row=row,
+    return PromptBatch(**_completion_rows(rollouts, pad_id, device), prompt_ids=ids,
+                       prompt_pos=ppos, prompt_attention=prompt_mask(pmask), row=row,
                        completion_pos=completion_pos, completion_attention=attention)
 
 
