@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 
 import numpy as np
 
@@ -38,6 +39,8 @@ class VLLMSampler:
                              "weight reload does not refresh a tied output layer")
         self._params_cls, self._prompt_cls = SamplingParams, TokensPrompt
         self._dir = tempfile.mkdtemp(prefix="vllm-model-")
+        # finalize, not __del__: it also runs at interpreter exit, before modules are torn down.
+        weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         model.save_pretrained(self._dir)
         tokenizer.save_pretrained(self._dir)
         dtype = str(next(model.parameters()).dtype).replace("torch.", "")
@@ -79,6 +82,3 @@ class VLLMSampler:
             logprobs[i, :len(ids)] = [step[t].logprob for step, t in zip(comp.logprobs, ids)]
             finished[i] = bool(ids) and ids[-1] == self.eos_id
         return Generation(tokens, logprobs, lengths, finished)
-
-    def __del__(self):
-        shutil.rmtree(getattr(self, "_dir", ""), ignore_errors=True)
