@@ -49,7 +49,7 @@ def harness_config(mode: str, steps: int, lr: float, threads: int, seed: int, ca
                    extra=()):
     """The cpu_tiny config with the shared settings (evaluation at the start and end only)."""
     from llm_experiments.config import load_config
-    return load_config("cpu_tiny", [*extra, 
+    return load_config("cpu_tiny", [*extra,
         f"schedule.mode={mode}", f"schedule.batch_size={B}", f"schedule.group_size={G}",
         "schedule.replay_ratio=2", "buffer.capacity=512", f"sampler.max_new_tokens={MAX_NEW}",
         f"trainer.lr={lr}", f"run.steps={steps}", f"run.threads={threads}", f"run.seed={seed}",

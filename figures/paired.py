@@ -233,6 +233,84 @@ def histograms(results_dir, out_dir=None):
     return save(fig, "paired_histograms", out_dir)
 
 
+def noise(results_dir, out_dir=None, loss="grpo"):
+    """The calibration of ``loss`` from its committed probes: sigma^2(s) per staleness bin
+    (mean with bootstrap 95% interval, median) with the power law, and the noise correlation
+    of buffer samples against the insertion gap with rho."""
+    import glob
+
+    from llm_experiments.validation import load_probes
+    from replaytheory import calibrate
+    paths = glob.glob(os.path.join(results_dir, "calibration", f"*{loss}*.npz"))
+    probes = load_probes(paths)
+    cal = calibrate(probes, probes.counts)
+    n, c = cal.noise, cal.coupling
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4), layout="constrained")
+    b = n.bins
+    s = np.asarray(b["staleness"], float)
+    a1.errorbar(s, b["mean"], yerr=[np.asarray(b["mean"]) - b["ci_low"],
+                                    np.asarray(b["ci_high"]) - b["mean"]],
+                fmt="o", ms=3, color=PALETTE[2], label="mean (95% CI)")
+    a1.plot(s, b["median"], "s", ms=3, color=PALETTE[5], label="median")
+    if np.isfinite(n.alpha) and n.tau is not None and np.isfinite(n.tau) and n.tau > 0:
+        fit = ((s + n.staleness_offset) / n.tau) ** (2 * n.alpha)
+        a1.plot(s, fit, "k-" if n.power_law_ok else "k--",
+                label=f"power law, alpha={n.alpha:.3f}" +
+                ("" if n.power_law_ok else " (rejected)"))
+    else:
+        a1.plot([], [], " ", label=f"alpha={n.alpha:.3f}: power law rejected")
+    a1.set(xlabel="staleness s (steps)", ylabel="per-sample squared noise",
+           yscale="log", title=f"{loss}: sigma^2(s)")
+    a1.legend(fontsize=6.5)
+    g = c.by_gap
+    gap_n = np.asarray(g["gap"], float) / np.asarray(g["buffer_size"], float)
+    a2.scatter(gap_n, g["corr"], s=6 + 40 * np.asarray(g["pairs"]) / max(np.max(g["pairs"]), 1),
+               color=PALETTE[2], alpha=0.7, label="measured (size: pairs)")
+    xs = np.linspace(0, max(gap_n.max(), 1e-9), 50)
+    a2.plot(xs, c.rho_gap * xs, "k-" if c.gap_form_ok else "k--",
+            label=f"rho gap/N, rho={c.rho_gap:.3f}" + ("" if c.gap_form_ok else " (rejected)"))
+    a2.axhline(0, color="0.6", lw=0.8)
+    a2.set(xlabel="insertion gap / N", ylabel="noise correlation",
+           title=f"{loss}: coupling (effective rho={c.rho_eff:.3f})")
+    a2.legend(fontsize=6.5)
+    return save(fig, f"paired_noise_{loss}", out_dir)
+
+
+def j_vs_measured(results_dir, out_dir=None, loss="grpo"):
+    """Predicted J against measured compute to target, one labelled point per grid cell, one
+    panel per (mu, variant) of ``validation.json`` (cells that never reach the target are
+    drawn at the top edge)."""
+    with open(Path(results_dir) / "validation.json") as fh:
+        recs = [r for r in json.load(fh) if r.get("loss") == loss and r.get("cells")]
+    variants = sorted({r["variant"] for r in recs})
+    mus = sorted({r["mu"] for r in recs})
+    fig, axes = plt.subplots(len(variants), len(mus), figsize=(3.4 * len(mus),
+                             2.9 * len(variants)), layout="constrained", squeeze=False)
+    for r in recs:
+        ax = axes[variants.index(r["variant"]), mus.index(r["mu"])]
+        j = np.array([c["predicted_objective"] for c in r["cells"]], float)
+        m = np.array([np.inf if c["measured_compute"] is None else c["measured_compute"]
+                      for c in r["cells"]], float)
+        top = np.nanmax(m[np.isfinite(m)]) * 1.15 if np.any(np.isfinite(m)) else 1.0
+        shown = np.where(np.isfinite(m), m, top)
+        ax.scatter(j, shown, s=12, color=np.where(np.isfinite(m), PALETTE[2], "0.6"))
+        for c, x, y in zip(r["cells"], j, shown):
+            ax.annotate(c["label"].replace("x=", "").replace(" y=", ""), (x, y), fontsize=5,
+                        xytext=(2, 2), textcoords="offset points")
+        rs = r["spearman"]  # null in JSON when undefined (e.g. constant ranks)
+        ax.set(xscale="log" if np.all(j > 0) else "linear",
+               title=f"{r['variant']}, mu={r['mu']:.3g}: Spearman "
+                     + ("n/a" if rs is None or not math.isfinite(rs) else f"{rs:.2f}"))
+        ax.title.set_fontsize(7)
+    for ax in axes[-1]:
+        ax.set_xlabel("predicted objective")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"compute to {TARGET:g}")
+    fig.suptitle(f"{loss}: prediction vs measurement per (x, y) cell (grey: never reached)",
+                 fontsize=8)
+    return save(fig, f"paired_j_vs_measured_{loss}", out_dir)
+
+
 def main(out_dir=None, results_dir=RESULTS) -> list:
     """Write every paired figure from the saved results; returns the paths."""
     runs = load_runs(os.path.join(results_dir, "curves.jsonl"))
@@ -243,6 +321,10 @@ def main(out_dir=None, results_dir=RESULTS) -> list:
         paths += heatmaps(runs, mus, results_dir, out_dir, loss)
         paths += pareto(runs, mus[-1], out_dir, loss)
         paths += passk(runs, mus[-1], out_dir, loss)
+        if (Path(results_dir) / "calibration").is_dir():
+            paths += noise(results_dir, out_dir, loss)
+        if (Path(results_dir) / "validation.json").exists():
+            paths += j_vs_measured(results_dir, out_dir, loss)
     paths += histograms(results_dir, out_dir)
     return paths
 

@@ -19,7 +19,9 @@ For each loss and each mu (the CPU model's measured mu and accounting values):
    cell nearest the prediction (on-policy when the prediction is on-policy), the regret (its
    extra compute to reach the target), the Spearman correlation of the predicted objective
    with the measured compute over the grid cells, and the gate (the grid's split-half
-   agreement with itself). ``validation.json`` holds one record per (mu, loss, variant).
+   agreement with itself). ``validation.json`` holds one record per (mu, loss, variant), with
+   each grid cell's predicted objective and measured compute (``cells``), and one record per
+   loss with the calibration summary.
 
 ``python -m llm_experiments.validation --curves results/cpu_sweep/curves.jsonl
 --calibration results/cpu_sweep/calibration --out results/cpu_sweep/validation.json``
@@ -175,6 +177,10 @@ def validate(curves: str, calibration_dir: str, *, target: float = TARGET,
                     if 0 < best.median < math.inf else math.nan,
                     "gate_spearman": g, "gate_passed": bool(g >= GATE_THRESHOLD),
                     "n_cells": len(grid),
+                    "cells": [{"label": c.label, "horizon": c.horizon,
+                               "replay_ratio": c.replay_ratio, "predicted_objective": float(jv),
+                               "measured_compute": c.median}
+                              for c, jv in zip(grid, j)],
                     "notes": list(pred.notes)})
         records.append({"loss": loss, "calibration": _summary(cal, big_l, f0)})
     return records

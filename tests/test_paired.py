@@ -90,11 +90,19 @@ def test_claims_table(tmp_path):
 
 
 def test_paired_figures_from_fixture(tmp_path):
+    import shutil
+
     from figures import paired
-    paths = paired.main(tmp_path, FIXTURE)
+    from replaytheory.io import write_json
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE, results)
+    write_json(str(results / "validation.json"),
+               validate(CURVES, str(FIXTURE / "calibration"), target=0.65))
+    paths = paired.main(tmp_path / "out", results)
     names = {p.name for p in paths}
     for stem in ("paired_accuracy_vs_compute_grpo", "paired_heatmaps_grpo",
-                 "paired_pareto_grpo", "paired_passk_grpo", "paired_histograms"):
+                 "paired_pareto_grpo", "paired_passk_grpo", "paired_histograms",
+                 "paired_noise_grpo", "paired_j_vs_measured_grpo"):
         assert f"{stem}.png" in names and f"{stem}.pdf" in names
     assert all(p.stat().st_size > 1000 for p in paths)
 
