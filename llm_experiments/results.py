@@ -25,6 +25,8 @@ from replaytheory.analysis import compute_to_target, tail_mean
 from replaytheory.io import atomic_write
 
 SEED_KEY, LR_KEY = "run.seed", "trainer.lr"
+# Settings that change how fast a run computes, not what: never part of a cell.
+SPEED_KEYS = ("run.fast_kernels", "run.direct_forward", "run.threads", "run.progress")
 EVAL_KEYS = ("eval_accuracy", "pass@1", "pass@2", "pass@4", "pass@8", "pass@16")
 TRAIN_KEYS = ("train_reward", "entropy", "staleness_mean", "replay_ratio_mean",
               "steps_since_last_use_mean", "clip_fraction", "approx_kl", "is_ess", "grad_norm")
@@ -44,9 +46,9 @@ class Run:
 
     @property
     def cell(self) -> tuple:
-        """Settings without seed and learning rate, as a hashable sorted tuple."""
+        """Settings without seed, learning rate and speed settings, as a sorted tuple."""
         return tuple(sorted((k, v) for k, v in self.settings.items()
-                            if k not in (SEED_KEY, LR_KEY)))
+                            if k not in (SEED_KEY, LR_KEY, *SPEED_KEYS)))
 
     @property
     def seed(self) -> int:
