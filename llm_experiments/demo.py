@@ -1,4 +1,5 @@
-"""The main job: a small end-to-end paired experiment on the CPU (about 5 minutes).
+"""The main job: a small end-to-end paired experiment on the CPU (about 2 minutes on 2 cores,
+one of them the first-time warm start).
 
 ``python -m llm_experiments demo --out runs/demo [--mu 6.84]``
 

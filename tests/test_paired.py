@@ -123,3 +123,13 @@ def test_demo_end_to_end_on_a_tiny_model(tmp_path):
                      overrides={**tiny, "eval.every": 4, "probe.fresh_groups": 8,
                                 "probe.buffer_groups": 4, "probe.crn_groups": 2})
     assert again["runs"] == s["runs"]  # resumed: nothing rerun, same results
+
+
+def test_speed_settings_do_not_split_a_cell():
+    from llm_experiments.results import Run
+    base = {"buffer.horizon": 4, "run.seed": 0, "trainer.lr": 1e-4}
+    a = Run("a", base, 64, {}, {})
+    b = Run("b", {**base, "run.seed": 5, "run.fast_kernels": False,
+                  "run.direct_forward": False}, 64, {}, {})
+    c = Run("c", {**base, "buffer.horizon": 16}, 64, {}, {})
+    assert a.cell == b.cell != c.cell
