@@ -171,12 +171,13 @@ class RolloutBuffer:
     def nbytes(self) -> int:
         """Bytes of the payload storage (columns and arenas, slack included)."""
         return self._rows.nbytes() + self._tokens.data.nbytes + self._logprobs.data.nbytes
+
     def step_stats(self) -> dict:
         """The three axes over the uses of the last ``sample`` call (one trainer step)."""
         rec = self.index.use_records(last_calls=self.index.shards)
         stale, since = rec["staleness"], rec["since_last_use"]
         reused = since[since != NEW]
-        uses = self.index.replay_ratios()
+        q50, q90 = self.index.replay_ratio_quantiles((0.5, 0.9))
         return {
             "staleness_mean": float(stale.mean()) if stale.size else None,
             "staleness_q50": float(np.quantile(stale, 0.5)) if stale.size else None,
@@ -184,8 +185,8 @@ class RolloutBuffer:
             "steps_since_last_use_mean": float(reused.mean()) if reused.size else None,
             "steps_since_last_use_q50": float(np.quantile(reused, 0.5)) if reused.size else None,
             "first_use_fraction": float(np.mean(since == NEW)) if since.size else None,
-            "replay_ratio_q50": float(np.quantile(uses, 0.5)) if uses.size else None,
-            "replay_ratio_q90": float(np.quantile(uses, 0.9)) if uses.size else None,
+            "replay_ratio_q50": None if np.isnan(q50) else float(q50),
+            "replay_ratio_q90": None if np.isnan(q90) else float(q90),
             "buffer_occupancy": len(self),
         }
 

@@ -244,6 +244,26 @@ class ReplayIndex:
         return np.concatenate([gone, self._meta.cols["uses"][self._meta.live_rows()]
                                .astype(np.int64)])
 
+    def replay_ratio_quantiles(self, qs, include_live: bool = True) -> np.ndarray:
+        """Quantiles ``qs`` in [0, 1] of ``replay_ratios(include_live)`` (numpy's linear
+        interpolation), from the use-count histogram: O(max uses + N), not O(all rollouts),
+        so a per-step log stays cheap in long runs. NaN when no rollout is counted."""
+        counts = self._final_uses.copy()
+        if include_live:
+            live = self._meta.cols["uses"][self._meta.live_rows()].astype(np.int64)
+            live_counts = np.bincount(live, minlength=counts.size)
+            counts = np.pad(counts, (0, live_counts.size - counts.size)) + live_counts
+        n = int(counts.sum())
+        qs = np.asarray(qs, dtype=float)
+        if n == 0:
+            return np.full(qs.shape, np.nan)
+        cum = np.cumsum(counts)
+        h = (n - 1) * qs
+        lo, hi = np.floor(h).astype(np.int64), np.ceil(h).astype(np.int64)
+        # The i-th smallest value (from 0) is the first v whose cumulative count exceeds i.
+        a_lo, a_hi = np.searchsorted(cum, lo, side="right"), np.searchsorted(cum, hi, side="right")
+        return a_lo + (h - lo) * (a_hi - a_lo)
+
     def histograms(self, include_live: bool = True) -> dict[str, dict]:
         """The three histograms of section 2 as {value: count} dicts.
 

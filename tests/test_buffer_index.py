@@ -123,3 +123,26 @@ def test_duplicate_ids_and_missing_positive():
         b.add([1], 0, 0)
     with pytest.raises(ValueError, match="positive"):
         ReplayIndex(4, delta=0.5).add([1], 0, 0)
+
+
+@given(capacity=st.integers(1, 12), adds=st.integers(1, 6), draws=st.integers(0, 8),
+       batch=st.integers(1, 4), seed=st.integers(0, 99),
+       qs=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=4))
+@settings(max_examples=60, deadline=None)
+def test_replay_ratio_quantiles_match_numpy(capacity, adds, draws, batch, seed, qs):
+    rng = np.random.default_rng(seed)
+    b = ReplayIndex(capacity)
+    next_id = 0
+    for step in range(adds):
+        b.add(list(range(next_id, next_id + 3)), [step] * 3, step)
+        next_id += 3
+        for _ in range(draws):
+            if b.can_sample(batch):
+                b.sample(batch, step, rng)
+    for live in (True, False):
+        ratios = b.replay_ratios(include_live=live)
+        got = b.replay_ratio_quantiles(qs, include_live=live)
+        if ratios.size:
+            np.testing.assert_allclose(got, np.quantile(ratios, qs), atol=1e-12)
+        else:
+            assert np.all(np.isnan(got))
