@@ -23,6 +23,7 @@ Run: ``python -m figures.paired [--results DIR] [--out DIR]``.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -34,6 +35,8 @@ from figures.style import ON_POLICY_COLOR, PALETTE, plt, save
 from llm_experiments.paired import (TARGET, cell_scores, compute_score, kind, measured_mu,
                                     tail_score)
 from llm_experiments.results import load_runs
+from llm_experiments.validation import load_probes
+from replaytheory import calibrate
 from replaytheory.analysis import curves_on_grid, median_iqr
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "cpu_sweep"
@@ -237,10 +240,6 @@ def noise(results_dir, out_dir=None, loss="grpo"):
     """The calibration of ``loss`` from its committed probes: sigma^2(s) per staleness bin
     (mean with bootstrap 95% interval, median) with the power law, and the noise correlation
     of buffer samples against the insertion gap with rho."""
-    import glob
-
-    from llm_experiments.validation import load_probes
-    from replaytheory import calibrate
     paths = glob.glob(os.path.join(results_dir, "calibration", f"*{loss}*.npz"))
     probes = load_probes(paths)
     cal = calibrate(probes, probes.counts)
