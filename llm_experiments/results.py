@@ -116,15 +116,17 @@ def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
             "summary": {k: val for k, val in summary.items() if k != "histograms"}}
 
 
-def compact_sweep(sweep_dir: str, out_path: str) -> int:
-    """Write ``curves.jsonl`` for every finished run of a sweep folder; returns the count."""
-    with open(os.path.join(sweep_dir, "sweep.json")) as fh:
-        runs = json.load(fh)["runs"]
+def compact_sweep(sweep_dirs, out_path: str) -> int:
+    """Write ``curves.jsonl`` for every finished run of one sweep folder or several (e.g.
+    more seeds of a grid run later); returns the count."""
     lines = []
-    for r in runs:
-        run_dir = os.path.join(sweep_dir, "runs", r["run_id"])
-        if os.path.exists(os.path.join(run_dir, "summary.json")):
-            lines.append(json.dumps(compact_run(run_dir, r["run_id"], r["overrides"])))
+    for sweep_dir in [sweep_dirs] if isinstance(sweep_dirs, str) else sweep_dirs:
+        with open(os.path.join(sweep_dir, "sweep.json")) as fh:
+            runs = json.load(fh)["runs"]
+        for r in runs:
+            run_dir = os.path.join(sweep_dir, "runs", r["run_id"])
+            if os.path.exists(os.path.join(run_dir, "summary.json")):
+                lines.append(json.dumps(compact_run(run_dir, r["run_id"], r["overrides"])))
     atomic_write(out_path, lambda fh: fh.write("\n".join(lines) + "\n"))
     return len(lines)
 
@@ -206,17 +208,22 @@ def compact_histograms(sweep_dir: str, out_path: str) -> int:
 
 
 def main(argv=None) -> int:
-    """``python -m llm_experiments.results --sweep DIR --out curves.jsonl [--histograms F]``"""
+    """``python -m llm_experiments.results --sweep DIR [DIR ...] --out curves.jsonl
+    [--histograms F]``"""
     p = argparse.ArgumentParser(description="compact a sweep folder for the analysis")
-    p.add_argument("--sweep", required=True, help="sweep folder (sweep.py --out)")
+    p.add_argument("--sweep", required=True, nargs="+",
+                   help="sweep folder(s) (sweep.py --out); several go into one file")
     p.add_argument("--out", required=True, help="curves.jsonl to write")
     p.add_argument("--histograms", help="also write the runs' histograms to this JSONL")
     a = p.parse_args(argv)
-    if not os.path.isfile(os.path.join(a.sweep, "sweep.json")):
-        p.error(f"--sweep {a.sweep!r} is not a sweep folder (no sweep.json)")
+    for d in a.sweep:
+        if not os.path.isfile(os.path.join(d, "sweep.json")):
+            p.error(f"--sweep {d!r} is not a sweep folder (no sweep.json)")
+    if a.histograms and len(a.sweep) > 1:
+        p.error("--histograms takes one sweep folder")
     print(f"{compact_sweep(a.sweep, a.out)} runs -> {a.out}")
     if a.histograms:
-        print(f"{compact_histograms(a.sweep, a.histograms)} runs -> {a.histograms}")
+        print(f"{compact_histograms(a.sweep[0], a.histograms)} runs -> {a.histograms}")
     return 0
 
 

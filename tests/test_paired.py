@@ -133,3 +133,20 @@ def test_speed_settings_do_not_split_a_cell():
                   "run.direct_forward": False}, 64, {}, {})
     c = Run("c", {**base, "buffer.horizon": 16}, 64, {}, {})
     assert a.cell == b.cell != c.cell
+
+
+def test_compaction_of_several_sweep_folders(tmp_path):
+    for name, seed in (("a", 0), ("b", 5)):
+        run = tmp_path / name / "runs" / f"r{seed}"
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text(json.dumps(
+            {"step": 0, "samples_generated": 8, "new_rollouts": 8, "eval_accuracy": 0.3}) + "\n")
+        (run / "summary.json").write_text("{}")
+        (run / "config.yaml").write_text("schedule: {batch_size: 8}\n")
+        (tmp_path / name / "sweep.json").write_text(json.dumps(
+            {"runs": [{"run_id": f"r{seed}", "overrides": {"run.seed": seed}},
+                      {"run_id": "unfinished", "overrides": {"run.seed": 9}}]}))
+    out = tmp_path / "curves.jsonl"
+    assert results_main(["--sweep", str(tmp_path / "a"), str(tmp_path / "b"),
+                         "--out", str(out)]) == 0
+    assert sorted(r.seed for r in load_runs(str(out))) == [0, 5]
