@@ -90,8 +90,12 @@ def _read_jsonl(path: str) -> list[dict]:
     return rows
 
 
-def _columns(records: list[dict], keys) -> dict[str, list]:
-    return {k: [r.get(k) for r in records] for k in keys}
+def _columns(records: list[dict], keys, digits: int | None = None) -> dict[str, list]:
+    """Columns of ``keys`` over ``records``; floats rounded to ``digits`` significant digits
+    if given (training diagnostics need no more, and the file stays small enough for git)."""
+    def fmt(x):
+        return float(f"{x:.{digits}g}") if digits and isinstance(x, float) else x
+    return {k: [fmt(r.get(k)) for r in records] for k in keys}
 
 
 def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
@@ -112,7 +116,7 @@ def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
     return {"run_id": run_id, "settings": settings,
             "batch_size": cfg["schedule"]["batch_size"],
             "eval": _columns(evals, base + EVAL_KEYS),
-            "train": _columns(train, base + TRAIN_KEYS),
+            "train": _columns(train, base + TRAIN_KEYS, digits=4),
             "summary": {k: val for k, val in summary.items() if k != "histograms"}}
 
 
