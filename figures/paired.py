@@ -44,12 +44,9 @@ RESULTS = Path(__file__).resolve().parents[1] / "results" / "cpu_sweep"
 
 def validation_mus(runs, results_dir, loss: str = "grpo") -> list:
     """The loss's mu values of the validation: measured, then the accounting values."""
-    path = Path(results_dir) / "validation.json"
-    if path.exists():
-        with open(path) as fh:
-            mus = sorted({r["mu"] for r in json.load(fh) if "mu" in r and r["loss"] == loss})
-        if mus:
-            return mus
+    mus = sorted({r["mu"] for r in _validation(results_dir) if "mu" in r and r["loss"] == loss})
+    if mus:
+        return mus
     mine = [r for r in runs if r.get("trainer.loss") == loss]
     return [round(measured_mu(mine), 3), 2.0, 6.84]
 
@@ -94,13 +91,17 @@ def _grid_matrix(scores):
     return xs, ys, m
 
 
-def _predictions(results_dir, loss, mu):
+def _validation(results_dir) -> list[dict]:
+    """The records of ``validation.json`` ([] when the validation has not been run)."""
     path = Path(results_dir) / "validation.json"
     if not path.exists():
         return []
     with open(path) as fh:
-        recs = json.load(fh)
-    return [r for r in recs if r["loss"] == loss and "mu" in r
+        return json.load(fh)
+
+
+def _predictions(results_dir, loss, mu):
+    return [r for r in _validation(results_dir) if r["loss"] == loss and "mu" in r
             and math.isclose(r["mu"], mu, rel_tol=1e-6)]
 
 
@@ -279,8 +280,9 @@ def j_vs_measured(results_dir, out_dir=None, loss="grpo"):
     """Predicted J against measured compute to target, one labelled point per grid cell, one
     panel per (mu, variant) of ``validation.json`` (cells that never reach the target are
     drawn at the top edge)."""
-    with open(Path(results_dir) / "validation.json") as fh:
-        recs = [r for r in json.load(fh) if r.get("loss") == loss and r.get("cells")]
+    recs = [r for r in _validation(results_dir) if r.get("loss") == loss and r.get("cells")]
+    if not recs:
+        return []
     variants = sorted({r["variant"] for r in recs})
     mus = sorted({r["mu"] for r in recs})
     fig, axes = plt.subplots(len(variants), len(mus), figsize=(3.4 * len(mus),
@@ -322,8 +324,7 @@ def main(out_dir=None, results_dir=RESULTS) -> list:
         paths += passk(runs, mus[-1], out_dir, loss)
         if (Path(results_dir) / "calibration").is_dir():
             paths += noise(results_dir, out_dir, loss)
-        if (Path(results_dir) / "validation.json").exists():
-            paths += j_vs_measured(results_dir, out_dir, loss)
+        paths += j_vs_measured(results_dir, out_dir, loss)
     paths += histograms(results_dir, out_dir)
     return paths
 

@@ -133,8 +133,9 @@ def validate(curves: str, calibration_dir: str, *, target: float = TARGET,
              mus=None, variants=VARIANTS) -> list[dict]:
     """One record per (mu, loss, variant); see the module docstring."""
     records = []
-    for loss in sorted({r.get("trainer.loss") for r in load_runs(curves)}):
-        runs = load_runs(curves, trainer__loss=loss)
+    all_runs = load_runs(curves)
+    for loss in sorted({r.get("trainer.loss") for r in all_runs}):
+        runs = [r for r in all_runs if r.get("trainer.loss") == loss]
         grid_runs = [r for r in runs if kind(r) in ("grid", "on_policy")]
         paths = glob.glob(os.path.join(calibration_dir, f"*{loss}*.npz"))
         probes = load_probes(paths)
