@@ -158,8 +158,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeats", type=int, default=3, help="runs per contender")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, every contender")
     parser.add_argument("--lr", type=float, default=1e-4, help="learning rate, every contender")
-    parser.add_argument("--cache", default=os.environ.get("LLM_EXPERIMENTS_CACHE", ".cache"),
-                        help="warm-start cache folder")
+    parser.add_argument("--cache", default=os.environ.get("LLM_EXPERIMENTS_CACHE", ""),
+                        help="warm-start cache folder (default: the harness default)")
     parser.add_argument("--name", default="harness_vs_trl", help="result file name")
     args = parser.parse_args(argv)
     set_threads(args.threads)

@@ -106,8 +106,8 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads everywhere")
     parser.add_argument("--steps", type=int, default=20, help="timed harness steps per size")
-    parser.add_argument("--cache", default=os.environ.get("LLM_EXPERIMENTS_CACHE", ".cache"),
-                        help="warm-start cache folder")
+    parser.add_argument("--cache", default=os.environ.get("LLM_EXPERIMENTS_CACHE", ""),
+                        help="warm-start cache folder (default: the harness default)")
     parser.add_argument("--name", default="machine_limit", help="result file name")
     args = parser.parse_args(argv)
     limits = matmul_flops(args.threads)

@@ -102,8 +102,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=150, help="steps of the longer runs")
     parser.add_argument("--capacities", type=int, nargs="+",
                         default=[1024, 4096, 16384, 65536], help="buffer sizes N to fill")
-    parser.add_argument("--cache", default=os.environ.get("LLM_EXPERIMENTS_CACHE", ".cache"),
-                        help="warm-start cache folder")
+    parser.add_argument("--cache", default=os.environ.get("LLM_EXPERIMENTS_CACHE", ""),
+                        help="warm-start cache folder (default: the harness default)")
     parser.add_argument("--name", default="memory", help="result file name")
     args = parser.parse_args(argv)
     buffers = [buffer_bytes(n) for n in args.capacities]

@@ -1,4 +1,4 @@
-"""Speed of the simulators (issue 3, "Performance"): not a timed test, a record.
+"""Speed of the simulators: not a timed test, a record.
 
 * the tabular problem: a 6 x 6 (x, y) grid x 5 seeds x 2000 steps (one step size), vectorised
   over the cells that share (B, R);

@@ -2,7 +2,8 @@
 
 Theory figures come from ``replaytheory`` directly; the simulation figures from the committed
 ``results/sim_validation/`` (written by ``replaytheory validate-sim --preset full``); the
-paired figures from the committed ``results/cpu_sweep/``. A family whose saved results are
+paired figures from the committed ``results/cpu_sweep/``; the diagnosis figure from
+``results/diagnosis/diagnosis.json``. A family whose saved results are
 missing is reported and skipped so the others still build.
 """
 
@@ -22,9 +23,7 @@ def _theory(out):
 
 def _sim(out):
     from figures import sim_validation
-    if not (RESULTS / "sim_validation" / "summary.json").exists():
-        raise FileNotFoundError(RESULTS / "sim_validation")
-    return sim_validation.draw_all(str(RESULTS / "sim_validation"), out)
+    return sim_validation.draw_all(str(RESULTS / "sim_validation"), out)  # raises if absent
 
 
 def _paired(out):
@@ -32,7 +31,12 @@ def _paired(out):
     return paired.main(out, RESULTS / "cpu_sweep")
 
 
-FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired}
+def _diagnosis(out):
+    from figures import diagnosis
+    return diagnosis.draw(RESULTS / "diagnosis" / "diagnosis.json", out)  # raises if absent
+
+
+FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis}
 
 
 def main(argv=None) -> int:

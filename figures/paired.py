@@ -1,4 +1,4 @@
-"""Prediction and measurement together: figures of the paired validation (issue 5).
+"""Prediction and measurement together: figures of the paired validation.
 
 Reads the committed compact results (``results/cpu_sweep/``: ``curves.jsonl`` from the sweep,
 ``validation.json`` from ``llm_experiments.validation``, ``histograms.jsonl`` and the
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from figures.style import ON_POLICY_COLOR, PALETTE, plt, save
-from llm_experiments.paired import (TARGET, cell_scores, compute_score, kind, measured_mu,
+from llm_experiments.cells import (TARGET, cell_scores, compute_score, kind, measured_mu,
                                     tail_score)
 from llm_experiments.results import load_runs
 from llm_experiments.validation import load_probes

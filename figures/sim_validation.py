@@ -1,7 +1,7 @@
-"""Figures of the simulation validation (issue 3): predicted vs measured, and Fig. 2 histograms.
+"""Figures of the simulation validation: predicted vs measured, and Fig. 2 histograms.
 
-Reads what ``python -m replaytheory validate-sim --out DIR`` saved (``grid_*.json``,
-``pipeline_histograms.json``) and draws:
+Reads what ``python -m replaytheory validate-sim --out DIR`` saved, through
+``replaytheory.sim_records.load_validation`` (theory.md sections 2 and 5), and draws:
 
 * ``sim_validation_<variant>``: measured loss at the compute budget over the (x, y) grid,
   relative to the best cell (log colour), one panel per mu, with the best cell and each
@@ -16,16 +16,14 @@ Usage: ``python -m figures.sim_validation DIR [--out OUT]`` (default OUT: figure
 from __future__ import annotations
 
 import argparse
-import glob
-import json
-import os
 
 import numpy as np
 
 from figures import style
+from replaytheory.sim_records import PipelineRun, VariantResult, load_validation
+from replaytheory.validate_sim import DESIGNS
 
-MARKERS = {"asymptotic": ("o", "tab:red"), "finite_eta": ("s", "tab:blue"),
-           "effective_coupling": ("^", "tab:green")}
+MARKERS = dict(zip(DESIGNS, [("o", "tab:red"), ("s", "tab:blue"), ("^", "tab:green")]))
 
 
 def _edges(values: np.ndarray) -> np.ndarray:
@@ -37,19 +35,20 @@ def _edges(values: np.ndarray) -> np.ndarray:
     return np.exp(np.concatenate([[first], mid, [last]]))
 
 
-def draw_heatmaps(grid: dict, out_dir: str | None = None) -> list[str]:
+def draw_heatmaps(variant: VariantResult, out_dir: str | None = None) -> list[str]:
     """One panel per mu: loss at budget / best loss over (x, y), predictions marked."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
     style.apply()
-    xs, ys = np.array(grid["horizon"]), np.array(grid["replay_ratio"])
+    grid = variant.grid
+    xs, ys = grid.horizon, grid.replay_ratio
     ux, uy = np.unique(xs), np.unique(ys)
-    mus = grid["mus"]
+    mus = grid.mus
     fig, axes = plt.subplots(1, len(mus), figsize=(3.3 * len(mus), 2.9), squeeze=False)
     for m, (mu, ax) in enumerate(zip(mus, axes[0])):
-        loss = np.array(grid["loss"][m], dtype=float)
-        best = int(np.nanargmin(loss))
+        loss = grid.loss[m]
+        best = grid.best(m)
         img = np.full((uy.size, ux.size), np.nan)
         img[np.searchsorted(uy, ys), np.searchsorted(ux, xs)] = np.log10(loss / loss[best])
         mesh = ax.pcolormesh(_edges(ux), _edges(uy), img, cmap="viridis", vmin=0,
@@ -63,19 +62,19 @@ def draw_heatmaps(grid: dict, out_dir: str | None = None) -> list[str]:
         ax.set_yticks(uy[:: -(-uy.size // 6)])
         ax.plot(xs[best], ys[best], marker="*", color="white", ms=12, mec="black",
                 ls="none", label="best cell")
-        for design, pred in grid["predictions"][m].items():
-            marker, colour = MARKERS.get(design, ("x", "black"))
-            n, b, r = pred["cell"]
+        for pred in variant.predictions[m]:
+            marker, colour = MARKERS[pred.design]
+            n, b, r = pred.cell
             ax.plot(n / r, b / r, marker=marker, color=colour, mec="white", ms=7, ls="none",
-                    label=design.replace("_", " "))
-        ax.set_title(f"{grid['label']}, mu = {mu:g}")
+                    label=pred.design.replace("_", " "))
+        ax.set_title(f"{variant.label}, mu = {mu:g}")
         ax.set_xlabel("horizon x = N/R (steps)")
         ax.set_ylabel("replay ratio y = B/R")
         fig.colorbar(mesh, ax=ax, label="log10 loss / best")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return style.save(fig, f"sim_validation_{grid['label']}", out_dir)
+    return style.save(fig, f"sim_validation_{variant.label}", out_dir)
 
 
 def _hist_line(ax, hist: dict, label: str, new_at: float | None = None):
@@ -85,13 +84,13 @@ def _hist_line(ax, hist: dict, label: str, new_at: float | None = None):
     ax.plot(keys, counts / counts.sum(), marker=".", ms=3, lw=0.8, label=label)
 
 
-def draw_histograms(runs: list[dict], out_dir: str | None = None) -> list[str]:
+def draw_histograms(runs: tuple[PipelineRun, ...], out_dir: str | None = None) -> list[str]:
     """Fig. 2 style: the three axes of section 2 for the two families of pipeline runs."""
     import matplotlib.pyplot as plt
 
     style.apply()
-    families = [[r for r in runs if (r["workers"], r["trainers"]) == (6, 2)],
-                [r for r in runs if r["buffer_size"] == 252]]
+    families = [[r for r in runs if (r.workers, r.trainers) == (6, 2)],
+                [r for r in runs if r.buffer_size == 252]]
     axes_names = [("off_policiness", "off-policiness (steps)"),
                   ("replay_ratio", "replay ratio (uses per rollout)"),
                   ("steps_since_last_use", "steps since last use (new = -1)")]
@@ -100,9 +99,9 @@ def draw_histograms(runs: list[dict], out_dir: str | None = None) -> list[str]:
         for col, (key, title) in enumerate(axes_names):
             ax = axes[row][col]
             for run in family:
-                label = (f"N = {run['buffer_size']}" if row == 0 else
-                         f"(W, T) = ({run['workers']}, {run['trainers']})")
-                _hist_line(ax, run["histograms"][key], label, new_at=-1.0)
+                label = (f"N = {run.buffer_size}" if row == 0 else
+                         f"(W, T) = ({run.workers}, {run.trainers})")
+                _hist_line(ax, run.histograms[key], label, new_at=-1.0)
             ax.set_xscale("symlog", linthresh=1)
             ax.set_yscale("log")
             ax.set_xlabel(title)
@@ -114,15 +113,15 @@ def draw_histograms(runs: list[dict], out_dir: str | None = None) -> list[str]:
 
 
 def draw_all(in_dir: str, out_dir: str | None = None) -> list[str]:
-    """Every figure from a validate-sim output folder; returns the files written."""
+    """Every figure from a validate-sim output folder; returns the files written.
+
+    Raises FileNotFoundError if the folder holds no ``summary.json``."""
+    results = load_validation(in_dir)
     paths = []
-    for path in sorted(glob.glob(os.path.join(in_dir, "grid_*.json"))):
-        with open(path) as fh:
-            paths += draw_heatmaps(json.load(fh), out_dir)
-    hist = os.path.join(in_dir, "pipeline_histograms.json")
-    if os.path.exists(hist):
-        with open(hist) as fh:
-            paths += draw_histograms(json.load(fh), out_dir)
+    for variant in results.variants:
+        paths += draw_heatmaps(variant, out_dir)
+    if results.pipeline:
+        paths += draw_histograms(results.pipeline, out_dir)
     return paths
 
 

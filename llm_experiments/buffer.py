@@ -17,6 +17,8 @@ import numpy as np
 from replaytheory.buffer import NEW, ReplayIndex
 from replaytheory.columns import SLACK, IdTable
 
+from .schedule import buffer_shards
+
 
 @dataclass
 class Rollout:
@@ -88,6 +90,17 @@ class RolloutBuffer:
         self.index = ReplayIndex(capacity, sampling=sampling, delta=delta, shards=shards,
                                  lifo=lifo)
         self._init_store()
+
+    @classmethod
+    def for_config(cls, cfg) -> "RolloutBuffer":
+        """The buffer of a run configuration (a ``Config``): on-policy, the LIFO queue of
+        capacity B (each rollout used once); else ``buffer.*`` with one shard per trainer in
+        "async"."""
+        sc, b = cfg.schedule, cfg.buffer
+        if sc.mode == "on_policy":
+            return cls(sc.batch_size, lifo=True)
+        return cls(b.capacity, sampling=b.sampling, delta=b.delta, lifo=b.lifo,
+                   shards=buffer_shards(sc))
 
     def _init_store(self) -> None:
         self._rows = IdTable(PAYLOAD_COLUMNS)
@@ -165,6 +178,16 @@ class RolloutBuffer:
                               for k in range(self.index.shards)])
         batch = self._rollouts(ids)
         if self.index.lifo:  # the queue hands each rollout out once
+            self._rows.delete(ids)
+        return batch
+
+    def sample_shard(self, n: int, step: int, rng: np.random.Generator,
+                     shard: int) -> list[Rollout]:
+        """Draw ``n`` rollouts from ``shard`` alone for trainer step ``step`` (one trainer's
+        part of the batch when the trainers are separate processes)."""
+        ids = self.index.sample(n, step, rng, shard=shard)
+        batch = self._rollouts(ids)
+        if self.index.lifo:
             self._rows.delete(ids)
         return batch
 

@@ -1,20 +1,33 @@
 """Command line: ``python -m llm_experiments run --config cpu_tiny --out runs/NAME
 [--set section.key=value ...] [--resume]`` and ``python -m llm_experiments sweep --spec
-SPEC.yaml --out sweeps/NAME [--workers K]`` (see ``sweep.py``).
+SPEC.yaml --out sweeps/NAME [--workers K] [--engine ray [--address A]]`` (see ``sweep.py``).
 
 Writes ``runs/NAME/{config.yaml, metrics.jsonl, summary.json, probes.npz, checkpoint/}``.
-Bad input (unknown key, bad value, existing output folder without --resume, missing model or
-dataset) ends with a one-line error and exit status 2.
+Bad input (unknown key, bad value, existing output folder without --resume, --resume of a
+folder without an earlier run, missing model or dataset) ends with a one-line error naming the
+key or option and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 
 from .config import load_config, read_config
+
+
+# Commands with their own parser (``python -m llm_experiments NAME --help`` shows it).
+FORWARDED = {
+    "predict": "calibrate on a setting and write prediction.json (see predict.py)",
+    "verify": "run a prediction's grid and judge it: validation.json (see verify.py)",
+    "judge": "seed-bootstrap verdicts of a registered sweep's curves (see judge.py)",
+    "trl": "train a config through TRL with the replay trainer (see integrations/trl_run.py)",
+}
+# Forwarded commands whose module is not llm_experiments/NAME.py.
+FORWARDED_MODULES = {"trl": ".integrations.trl_run"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,21 +43,37 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
     run.add_argument("--resume", action="store_true",
-                     help="continue the run in --out from its last checkpoint")
+                     help="continue the run in --out (which must hold an earlier run's "
+                          "config.yaml) from its last checkpoint")
+    run.add_argument("--address", default=None,
+                     help="Ray cluster address for schedule.engine=ray (default $RAY_ADDRESS, "
+                          "else a local cluster)")
     sweep = sub.add_parser("sweep", help="run a resumable grid of runs (see sweep.py)")
     sweep.add_argument("--spec", required=True, help="sweep spec (YAML)")
     sweep.add_argument("--out", required=True, help="sweep folder; rerun to continue it")
     sweep.add_argument("--workers", type=int, default=1, help="runs at a time (default 1)")
+    sweep.add_argument("--engine", default="local",
+                       help="'local' subprocesses (default) or 'ray': one Ray task per run")
+    sweep.add_argument("--address", default=None,
+                       help="Ray cluster address for --engine ray (default $RAY_ADDRESS, "
+                            "else a local cluster)")
     demo = sub.add_parser("demo", help="the main job: calibrate, predict, compare (see demo.py)")
     demo.add_argument("--out", default="runs/demo", help="output folder (rerun to resume)")
     demo.add_argument("--mu", type=float, default=6.84, help="accounting mu (default 6.84)")
     demo.add_argument("--steps", type=int, default=150, help="steps per compared run")
     demo.add_argument("--workers", type=int, default=2, help="runs at a time")
+    for name, text in FORWARDED.items():
+        forwarded = sub.add_parser(name, help=text, add_help=False)
+        forwarded.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in FORWARDED:  # argparse would swallow their options
+        module = FORWARDED_MODULES.get(argv[0], f".{argv[0]}")
+        return importlib.import_module(module, __package__).main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "demo":
         from .demo import main as demo_main
@@ -53,7 +82,8 @@ def main(argv=None) -> int:
     if args.command == "sweep":
         from .sweep import main as sweep_main
         return sweep_main(["--spec", args.spec, "--out", args.out,
-                           "--workers", str(args.workers)])
+                           "--workers", str(args.workers), "--engine", args.engine,
+                           *(["--address", args.address] if args.address else [])])
     try:
         saved = os.path.join(args.out, "config.yaml")
         if args.resume and args.config is None and not args.overrides \
@@ -62,7 +92,7 @@ def main(argv=None) -> int:
         else:
             cfg = load_config(args.config or "cpu_tiny", args.overrides)
         from .experiment import run_experiment
-        summary = run_experiment(cfg, args.out, resume=args.resume)
+        summary = run_experiment(cfg, args.out, resume=args.resume, address=args.address)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,9 +2,11 @@
 
 A configuration is one ``Config`` with a section per concern (run, task, model, sampler,
 schedule, buffer, trainer, eval, probe). Shipped configurations live in ``configs/*.yaml``
-(``cpu_tiny`` is the default). Every value is type-checked and range-checked when the config
-is built, and an error names the offending key and the allowed range, so that the command line
-can print it as one line.
+(``cpu_tiny`` is the default). Every field states its range where it is defined (``_int``,
+``_real``, ...; choice lists come from the module that owns the behaviour) and is checked when
+its section is built; relations between sections are checked once the buffer capacity is
+resolved (``check_resolved``). An error names the offending key and the allowed range, so
+that the command line can print it as one line.
 
 Units: steps are trainer steps (one optimizer update on one global batch); batch sizes and
 buffer sizes count rollouts (sequences), group sizes count sequences per prompt.
@@ -14,20 +16,144 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
+import math
 import os
-import typing
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import yaml
 
-from replaytheory import _validate as v
+from replaytheory import checks
+from replaytheory.buffer import SAMPLING_MODES
+
+from .engines import ENGINES
+from .samplers import BACKENDS
+from .schedule import MODES, buffer_shards, rollouts_per_step
+from .tasks import TASKS
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
 
+# trainer.optimizer -> the torch.optim class that ``experiment.py`` builds.
+OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
+
+
+class _Owned:
+    """The choice tuple ``name`` of ``llm_experiments.<module>``, read when first checked: its
+    owner imports torch, and importing this module stays light."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def _names(self):
+        return getattr(importlib.import_module(f"{__package__}.{self.module}"), self.name)
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __contains__(self, value) -> bool:
+        return value in self._names()
+
+
+# Field makers: a field's default and the check of its values, side by side. A check takes
+# (key, value) and returns the value coerced to the field's type, or raises ValueError naming
+# the key and the allowed range (the same range whatever is wrong with the value).
+
+def _field(default, check):
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"check": check})
+    return field(default=default, metadata={"check": check})
+
+
+def _int(default: int, lo: int | None = None, hi: int | None = None):
+    return _field(default, lambda key, value: checks.integer(key, value, lo, hi))
+
+
+def _real(default: float, lo: float = -math.inf, hi: float = math.inf, *,
+          lo_open: bool = False, hi_open: bool = False, or_value: float | None = None):
+    """A real in the interval, or exactly ``or_value`` (a code such as -1 = measured)."""
+    def check(key, value):
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if or_value is not None and not isinstance(value, bool) and value == or_value:
+            return float(value)
+        name = key if or_value is None else f"{key} (or {or_value:g})"
+        return checks.real(name, value, lo, hi, lo_open=lo_open, hi_open=hi_open)
+    return _field(default, check)
+
+
+def _positive(default: float):
+    return _real(default, 0.0, lo_open=True)
+
+
+def _choice(default: str, allowed):
+    return _field(default, lambda key, value: checks.choice(key, value, allowed))
+
+
+def _flag(default: bool):
+    def check(key, value):
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return _field(default, check)
+
+
+def _text(default: str):
+    def check(key, value):
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError(f"{key} must be a string, got {value!r}")
+    return _field(default, check)
+
+
+def _int_list(default: list, lo: int):
+    def check(key, value):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{key} must be a list of {checks.integer_range(lo)}, got "
+                             f"{value!r}")
+        return [checks.integer(f"{key}[{i}]", x, lo) for i, x in enumerate(value)]
+    return _field(default, check)
+
+
+def _mapping(default: dict):
+    def check(key, value):
+        if isinstance(value, dict):
+            return dict(value)
+        raise ValueError(f"{key} must be a mapping, got {value!r}")
+    return _field(default, check)
+
+
+def _device(default: str):
+    def check(key, value):
+        if isinstance(value, str) and (value in ("cpu", "cuda") or (
+                value.startswith("cuda:") and value[5:].isdigit())):
+            return value
+        raise ValueError(f"{key} must be 'cpu', 'cuda' or 'cuda:N' (N >= 0), got {value!r}")
+    return _field(default, check)
+
+
+class _Section:
+    """A config section: each field checks its values where it is defined (``_int`` ...),
+    ``check`` what relates fields of the section; both run when the section is built."""
+
+    SECTION: ClassVar[str]
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            key = f"{self.SECTION}.{f.name}"
+            setattr(self, f.name, f.metadata["check"](key, getattr(self, f.name)))
+        self.check()
+
+    def check(self) -> None:
+        """Checks across this section's fields (none by default)."""
+
 
 @dataclass
-class RunConfig:
+class RunConfig(_Section):
     """Run-level settings.
 
     steps: trainer steps (>= 1). seed: seed of the training randomness (>= 0).
@@ -35,7 +161,9 @@ class RunConfig:
     device: "cpu", "cuda" or "cuda:N". log_every: steps between metrics records (>= 1).
     checkpoint_every: steps between checkpoints (>= 1). progress: terminal progress bar.
     tensorboard: also write TensorBoard events (needs the ``tensorboard`` package).
-    cache_dir: where warm starts are cached ("" = ``$LLM_EXPERIMENTS_CACHE`` or ``./.cache``).
+    cache_dir: where warm starts are cached; "" = ``$LLM_EXPERIMENTS_CACHE``, else
+        ``$XDG_CACHE_HOME/llm_experiments``, else ``~/.cache/llm_experiments`` (per user, not
+        per working folder; ``models.cache_dir``).
     fast_kernels: float32 CPU linear layers (training and sampling) through oneDNN, about 2x
         faster than torch's default kernel on AMD CPUs (``kernels.py``), and the fused
         Adam/AdamW step; same math, float32 rounding differs. false: the default kernels.
@@ -45,21 +173,22 @@ class RunConfig:
         false (with fast_kernels false): bitwise the computation of earlier versions.
     """
 
-    steps: int = 300
-    seed: int = 0
-    threads: int = 1
-    device: str = "cpu"
-    log_every: int = 1
-    checkpoint_every: int = 25
-    progress: bool = True
-    tensorboard: bool = False
-    cache_dir: str = ""
-    fast_kernels: bool = True
-    direct_forward: bool = True
+    SECTION: ClassVar[str] = "run"
+    steps: int = _int(300, 1)
+    seed: int = _int(0, 0)
+    threads: int = _int(1, 1)
+    device: str = _device("cpu")
+    log_every: int = _int(1, 1)
+    checkpoint_every: int = _int(25, 1)
+    progress: bool = _flag(True)
+    tensorboard: bool = _flag(False)
+    cache_dir: str = _text("")
+    fast_kernels: bool = _flag(True)
+    direct_forward: bool = _flag(True)
 
 
 @dataclass
-class TaskConfig:
+class TaskConfig(_Section):
     """The task with a verifiable reward.
 
     name: "addition" (built in), "reasoning_gym" or "math".
@@ -76,26 +205,36 @@ class TaskConfig:
         tokenizer's chat template (instruct models).
     """
 
-    name: str = "addition"
-    digits: int = 2
-    eval_size: int = 200
-    eval_seed: int = 1234
-    rg_name: str = "chain_sum"
-    rg_config: dict = field(default_factory=dict)
-    rg_size: int = 10000
-    prompt_field: str = "question"
-    dataset: str = ""
-    eval_dataset: str = ""
-    split: str = "train"
-    eval_split: str = "test"
-    problem_key: str = "problem"
-    answer_key: str = "answer"
-    prompt_template: str = "{problem}"
-    chat_template: bool = False
+    SECTION: ClassVar[str] = "task"
+    name: str = _choice("addition", TASKS)
+    digits: int = _int(2, 1, 9)
+    eval_size: int = _int(200, 1)
+    eval_seed: int = _int(1234)
+    rg_name: str = _text("chain_sum")
+    rg_config: dict = _mapping({})
+    rg_size: int = _int(10000, 2)
+    prompt_field: str = _text("question")
+    dataset: str = _text("")
+    eval_dataset: str = _text("")
+    split: str = _text("train")
+    eval_split: str = _text("test")
+    problem_key: str = _text("problem")
+    answer_key: str = _text("answer")
+    prompt_template: str = _text("{problem}")
+    chat_template: bool = _flag(False)
+
+    def check(self) -> None:
+        """The math task needs data; the template needs the problem's place."""
+        if self.name == "math" and not self.dataset:
+            raise ValueError("task.dataset must name a dataset or a .jsonl file for "
+                             "task.name=math")
+        if "{problem}" not in self.prompt_template:
+            raise ValueError(f"task.prompt_template must contain {{problem}}, got "
+                             f"{self.prompt_template!r}")
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(_Section):
     """The policy.
 
     name: "tiny" (a Qwen2-style model built from this section with a char tokenizer and a
@@ -109,41 +248,52 @@ class ModelConfig:
     supervised curve is steep, so a step count alone lands anywhere between 0.1 and 0.8.
     """
 
-    name: str = "tiny"
-    hidden_size: int = 128
-    layers: int = 4
-    heads: int = 4
-    kv_heads: int = 2
-    intermediate_size: int = 512
-    max_len: int = 32
-    dtype: str = "float32"
-    attn_implementation: str = "sdpa"
-    warm_start_steps: int = 550
-    warm_start_lr: float = 2e-3
-    warm_start_batch: int = 64
-    warm_start_warmup: int = 50
-    warm_start_seed: int = 0
-    warm_start_target: float = 0.0
+    SECTION: ClassVar[str] = "model"
+    name: str = _text("tiny")
+    hidden_size: int = _int(128, 1)
+    layers: int = _int(4, 1)
+    heads: int = _int(4, 1)
+    kv_heads: int = _int(2, 1)
+    intermediate_size: int = _int(512, 1)
+    max_len: int = _int(32, 1)
+    dtype: str = _choice("float32", _Owned("models", "DTYPES"))
+    attn_implementation: str = _choice("sdpa", ("sdpa", "eager"))  # transformers' names
+    warm_start_steps: int = _int(550, 0)
+    warm_start_lr: float = _positive(2e-3)
+    warm_start_batch: int = _int(64, 1)
+    warm_start_warmup: int = _int(50, 0)
+    warm_start_seed: int = _int(0)
+    warm_start_target: float = _real(0.0, 0.0, 1.0, hi_open=True)
+
+    def check(self) -> None:
+        """Attention heads split the hidden size and share key/value heads evenly."""
+        if self.heads % self.kv_heads or self.hidden_size % self.heads:
+            raise ValueError("model.heads must divide model.hidden_size and be a multiple of "
+                             "model.kv_heads")
 
 
 @dataclass
-class SamplerConfig:
+class SamplerConfig(_Section):
     """Rollout generation.
 
     backend: "hf" (torch, KV cache) or "vllm". temperature: training sampling temperature
-    (> 0). top_p: nucleus mass in (0, 1] (1 = full distribution). max_new_tokens (>= 1).
+    (> 0). top_p: nucleus mass in (0, 1] (1 = full distribution); < 1 only with
+    trainer.loss=asymre: the behaviour log-probs include the nucleus renormalisation and
+    the trainer scores the full softmax, so a ratio-based loss would see a fresh sample's
+    ratio below 1. max_new_tokens (>= 1).
     vllm_kv_cache_gb: KV-cache size of the vLLM CPU backend, GiB (>= 1).
     """
 
-    backend: str = "hf"
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 6
-    vllm_kv_cache_gb: int = 1
+    SECTION: ClassVar[str] = "sampler"
+    backend: str = _choice("hf", BACKENDS)
+    temperature: float = _positive(1.0)
+    top_p: float = _real(1.0, 0.0, 1.0, lo_open=True)
+    max_new_tokens: int = _int(6, 1)
+    vllm_kv_cache_gb: int = _int(1, 1)
 
 
 @dataclass
-class ScheduleConfig:
+class ScheduleConfig(_Section):
     """Who produces how much, with which weights (theory.md sections 1, 3 and 4).
 
     mode: "on_policy" (R = B fresh rollouts per step, each used once), "sync" (the theory's
@@ -151,7 +301,8 @@ class ScheduleConfig:
         weights, B drawn from the buffer) or "async" (the paper's W workers / T trainers,
         emulated deterministically: B W / (T mu_accounting) new rollouts per step, made with
         weights published every ``refresh_every`` steps and ``latency_steps`` old).
-    batch_size: B, rollouts per trainer step (>= 1; divisible by ``trainers``).
+    batch_size: B, rollouts per trainer step (>= 1; divisible by ``trainers``; a multiple
+        of ``group_size`` where each rollout is used once: on_policy, or buffer.lifo).
     group_size: G, rollouts per prompt (>= 2; advantages are normalised within a group).
     replay_ratio: y = B / R for "sync" (> 0; non-integer values are exact on average).
     workers, trainers: W, T >= 1 ("async"; T is also the number of buffer shards there).
@@ -159,42 +310,74 @@ class ScheduleConfig:
     latency_steps: steps a worker needs to produce its batch (>= 0; -1 = round(mu T)).
     mu_accounting: mu used to account compute (and to set the async producer rate), > 0;
         -1 = the measured mu (then compute units depend on timing).
+    engine: "emulated" (one process, deterministic, as described above) or "ray" (real
+        concurrency on a Ray cluster, ``engines.ray_engine``: W sampler actors, one buffer
+        actor, T trainer actors; mode "async" only; the production rate and the staleness
+        come from the clock, so ``latency_steps`` must stay -1 and ``mu_accounting`` only
+        accounts compute; -1 there = the measured mu).
     """
 
-    mode: str = "sync"
-    batch_size: int = 64
-    group_size: int = 8
-    replay_ratio: float = 2.0
-    workers: int = 1
-    trainers: int = 1
-    refresh_every: int = 1
-    latency_steps: int = -1
-    mu_accounting: float = -1.0
+    SECTION: ClassVar[str] = "schedule"
+    mode: str = _choice("sync", MODES)
+    batch_size: int = _int(64, 1)
+    group_size: int = _int(8, 2)
+    replay_ratio: float = _positive(2.0)
+    workers: int = _int(1, 1)
+    trainers: int = _int(1, 1)
+    refresh_every: int = _int(1, 1)
+    latency_steps: int = _int(-1, -1)
+    mu_accounting: float = _real(-1.0, 0.0, lo_open=True, or_value=-1.0)
+    engine: str = _choice("emulated", ENGINES)
+
+    def check(self) -> None:
+        """mu is given for emulated async; the Ray engine runs async only, at the real
+        latency; trainers split the batch evenly."""
+        if self.engine == "ray" and self.mode != "async":
+            raise ValueError(f"schedule.engine=ray needs schedule.mode=async (workers and "
+                             f"trainers run concurrently), got schedule.mode={self.mode}")
+        if self.engine == "ray" and self.latency_steps != -1:
+            raise ValueError(f"schedule.latency_steps must be -1 with schedule.engine=ray: "
+                             f"the latency is the real one, got {self.latency_steps}")
+        if self.mode == "async" and self.engine == "emulated" and self.mu_accounting == -1.0:
+            raise ValueError("schedule.mode=async needs schedule.mu_accounting (> 0): it sets "
+                             "the producer rate B W / (T mu), which must not depend on timing")
+        if self.batch_size % self.trainers:
+            raise ValueError(f"schedule.batch_size ({self.batch_size}) must be divisible by "
+                             f"schedule.trainers ({self.trainers})")
 
 
 @dataclass
-class BufferConfig:
+class BufferConfig(_Section):
     """The replay buffer (theory.md section 1; semantics in ``replaytheory.buffer``).
 
-    capacity: N rollouts (>= batch_size / trainers per shard unless sampling with
-    replacement). sampling: "with_replacement", "without_replacement", "never_used_first".
+    capacity: N rollouts (>= 1; in "async" a multiple of the trainers, one shard each). A
+    shard less its positive part must hold batch_size / trainers rollouts when sampling
+    without replacement or with lifo, else >= 1 (``check_resolved``).
+    sampling: "with_replacement", "without_replacement", "never_used_first".
     delta: positive-bias coefficient in [0, 1). lifo: the no-buffer queue (each rollout used
-    once, freshest first) instead of a replay buffer.
+    once, freshest first) instead of a replay buffer; it needs whole groups per batch and at
+    most B rollouts made per step (the surplus would be evicted unused).
     horizon: staleness horizon x = N/R in steps (theory.md section 4), >= 0. When > 0 it sets
     capacity = round(x R) (at least 1, rounded up to a multiple of the trainers), with R the
     rollouts per step of the schedule (sync: B/y; async: B W / (T mu_accounting)); 0 = use
     capacity as given.
     """
 
-    capacity: int = 512
-    sampling: str = "with_replacement"
-    delta: float = 0.0
-    lifo: bool = False
-    horizon: float = 0.0
+    SECTION: ClassVar[str] = "buffer"
+    capacity: int = _int(512, 1)
+    sampling: str = _choice("with_replacement", SAMPLING_MODES)
+    delta: float = _real(0.0, 0.0, 1.0, hi_open=True)
+    lifo: bool = _flag(False)
+    horizon: float = _real(0.0, 0.0)
+
+    def check(self) -> None:
+        """The LIFO queue replays nothing, so it has no positive part."""
+        if self.lifo and self.delta > 0:
+            raise ValueError("buffer.delta must be 0 with buffer.lifo=true (no replay)")
 
 
 @dataclass
-class TrainerConfig:
+class TrainerConfig(_Section):
     """Loss and optimizer (theory.md section 6).
 
     loss: "grpo" (clipped ratio), "grpo_unclipped" (plain importance weight),
@@ -202,30 +385,32 @@ class TrainerConfig:
         "asymre" (asymmetric REINFORCE, baseline shift ``dv``, no importance ratio).
     clip_low, clip_high: PPO clip range [1 - clip_low, 1 + clip_high], each in [0, 1].
     is_cap: truncation of importance weights (> 0). dv: AsymRE baseline shift (any real).
-    optimizer: "adamw" or "adam". lr (> 0), beta1, beta2 in [0, 1), weight_decay >= 0.
+    optimizer: "adamw" or "adam" (``OPTIMIZERS``). lr (> 0), beta1, beta2 in [0, 1),
+    weight_decay >= 0.
     grad_clip: global gradient-norm clip (0 = off). per_sample_clip: clip each rollout's
         gradient norm before averaging (0 = off; uses per-sample gradients, slower).
     micro_batch: rollouts per forward/backward pass (0 = the whole batch at once); the
         gradient is the same, only memory changes.
     """
 
-    loss: str = "grpo"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    is_cap: float = 1.0
-    dv: float = -0.1
-    optimizer: str = "adamw"
-    lr: float = 1e-4
-    beta1: float = 0.9
-    beta2: float = 0.999
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    per_sample_clip: float = 0.0
-    micro_batch: int = 0
+    SECTION: ClassVar[str] = "trainer"
+    loss: str = _choice("grpo", _Owned("losses", "LOSSES"))
+    clip_low: float = _real(0.2, 0.0, 1.0)
+    clip_high: float = _real(0.2, 0.0, 1.0)
+    is_cap: float = _positive(1.0)
+    dv: float = _real(-0.1)
+    optimizer: str = _choice("adamw", OPTIMIZERS)
+    lr: float = _positive(1e-4)
+    beta1: float = _real(0.9, 0.0, 1.0, hi_open=True)
+    beta2: float = _real(0.999, 0.0, 1.0, hi_open=True)
+    weight_decay: float = _real(0.0, 0.0)
+    grad_clip: float = _real(1.0, 0.0)
+    per_sample_clip: float = _real(0.0, 0.0)
+    micro_batch: int = _int(0, 0)
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(_Section):
     """Held-out evaluation.
 
     every: steps between evaluations (>= 1; also at step 0 and at the end).
@@ -235,16 +420,17 @@ class EvalConfig:
     (0 = no pass@k).
     """
 
-    every: int = 25
-    temperature: float = 0.0
-    pass_k: list = field(default_factory=lambda: [1, 2, 4, 8, 16])
-    pass_k_problems: int = 64
-    pass_k_temperature: float = 1.0
-    pass_k_top_p: float = 0.95
+    SECTION: ClassVar[str] = "eval"
+    every: int = _int(25, 1)
+    temperature: float = _real(0.0, 0.0)
+    pass_k: list = _int_list([1, 2, 4, 8, 16], 1)
+    pass_k_problems: int = _int(64, 0)
+    pass_k_temperature: float = _positive(1.0)
+    pass_k_top_p: float = _real(0.95, 0.0, 1.0, lo_open=True)
 
 
 @dataclass
-class ProbeConfig:
+class ProbeConfig(_Section):
     """Gradient-noise probes (theory.md sections 4 and 8); ``every`` = 0 turns them off.
 
     every: steps between probes. fresh_groups: on-policy groups of the reference gradient
@@ -253,17 +439,37 @@ class ProbeConfig:
     probe, spread over insertion steps. crn_groups: groups regenerated from old weights with
     common random numbers, per staleness in ``crn_staleness`` (steps). chunk: per-sample
     gradients computed at once (memory ~ chunk x parameters). max_snapshots: weight
-    snapshots kept for drift and regeneration.
+    snapshots kept for drift and regeneration. The stale bias of buffer rows (method 0 of
+    ``probes``) needs >= 2 probed groups per staleness: set buffer_groups to the buffer's
+    group count (N / G) for all of them.
+    reuse_gaps: the ``reuse`` table (theory.md section 8.9): for each k, the probed buffer
+    rollouts' noise at the weights of step t - k * every against that probe's reference
+    gradient (k in probe intervals, >= 1; empty = off). contribution: the ``contribution``
+    table (clip fraction, kept share of the gradient, importance weight per probed buffer
+    rollout; needs a loss with an importance ratio).
     """
 
-    every: int = 0
-    fresh_groups: int = 32
-    fresh_noise_groups: int = 4
-    buffer_groups: int = 8
-    crn_groups: int = 8
-    crn_staleness: list = field(default_factory=lambda: [1, 4, 16])
-    chunk: int = 16
-    max_snapshots: int = 64
+    SECTION: ClassVar[str] = "probe"
+    every: int = _int(0, 0)
+    fresh_groups: int = _int(32, 4)
+    fresh_noise_groups: int = _int(4, 0)
+    buffer_groups: int = _int(8, 0)
+    crn_groups: int = _int(8, 0)
+    crn_staleness: list = _int_list([1, 4, 16], 1)
+    chunk: int = _int(16, 1)
+    max_snapshots: int = _int(64, 1)
+    reuse_gaps: list = _int_list([], 1)
+    contribution: bool = _flag(False)
+
+    def check(self) -> None:
+        """The reference gradient splits the fresh groups in two halves; the noise and
+        common-random-number probes draw from one half."""
+        if self.fresh_groups % 2:
+            raise ValueError(f"probe.fresh_groups must be even (two disjoint halves), got "
+                             f"{self.fresh_groups}")
+        half = self.fresh_groups // 2
+        checks.integer("probe.fresh_noise_groups", self.fresh_noise_groups, 0, half)
+        checks.integer("probe.crn_groups", self.crn_groups, 0, half)
 
 
 @dataclass
@@ -290,61 +496,28 @@ class Config:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
-
-
-def _section_types(name: str) -> dict[str, type]:
-    cls = type(getattr(Config(), name))
-    return typing.get_type_hints(cls)
-
-
-def _coerce(key: str, value, kind):
-    """Return ``value`` as ``kind`` or raise ValueError naming ``key``."""
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise ValueError(f"{key} must be true or false, got {value!r}")
-    if kind is int:
-        return v.integer(key, value)
-    if kind is float:
-        if isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        return v.real(key, value)
-    if kind is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ValueError(f"{key} must be a string, got {value!r}")
-    if kind is list:
-        if isinstance(value, (list, tuple)):
-            return list(value)
-        raise ValueError(f"{key} must be a list, got {value!r}")
-    if kind is dict:
-        if isinstance(value, dict):
-            return dict(value)
-        raise ValueError(f"{key} must be a mapping, got {value!r}")
-    raise TypeError(f"unsupported config type {kind} for {key}")  # pragma: no cover
+SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}
 
 
 def from_dict(data: dict | None, base: Config | None = None) -> Config:
-    """Build a validated ``Config`` from nested dicts on top of ``base`` (defaults if None)."""
+    """Build a checked ``Config`` from nested dicts on top of ``base`` (defaults if None):
+    each section checks its own fields, then ``buffer.capacity`` is resolved from
+    ``buffer.horizon`` and ``check_resolved`` checks the whole."""
     d = (base or Config()).to_dict()
     for section, values in (data or {}).items():
         if section not in SECTIONS:
             raise ValueError(f"unknown config section {section!r}; allowed: {sorted(SECTIONS)}")
         if not isinstance(values, dict):
             raise ValueError(f"config section {section!r} must be a mapping, got {values!r}")
-        types = _section_types(section)
+        keys = [f.name for f in dataclasses.fields(SECTIONS[section])]
         for key, value in values.items():
-            if key not in types:
+            if key not in keys:
                 raise ValueError(f"unknown config key {section}.{key}; allowed keys in "
-                                 f"{section}: {sorted(types)}")
-            d[section][key] = _coerce(f"{section}.{key}", value, types[key])
-    cfg = Config(**{s: type(getattr(Config(), s))(**d[s]) for s in SECTIONS})
-    validate(cfg)
+                                 f"{section}: {sorted(keys)}")
+            d[section][key] = value
+    cfg = Config(**{s: SECTIONS[s](**d[s]) for s in SECTIONS})
     _resolve_capacity(cfg)
+    check_resolved(cfg)
     return cfg
 
 
@@ -353,12 +526,72 @@ def _resolve_capacity(cfg: Config) -> None:
     b, sc = cfg.buffer, cfg.schedule
     if b.horizon <= 0 or sc.mode == "on_policy":
         return
-    if sc.mode == "sync":
-        rollouts = sc.batch_size / sc.replay_ratio
-    else:
-        rollouts = sc.batch_size * sc.workers / (sc.trainers * sc.mu_accounting)
-    n = max(1, round(b.horizon * rollouts))
+    if sc.mode == "async" and sc.mu_accounting == -1.0:
+        raise ValueError("buffer.horizon > 0 needs schedule.mu_accounting (> 0) with "
+                         "schedule.engine=ray: the rollouts per step R = B W / (T mu) are "
+                         "set from it; or give buffer.capacity and buffer.horizon=0")
+    n = max(1, round(b.horizon * rollouts_per_step(sc, sc.mu_accounting)))
     b.capacity = -(-n // sc.trainers) * sc.trainers if sc.mode == "async" else n
+
+
+def check_resolved(cfg: Config) -> None:
+    """Checks across sections, after ``buffer.capacity`` is resolved; ValueError names the keys
+    (buffer semantics: theory.md section 1; compute accounting: section 3).
+
+    Every step must fill its batch with a bounded number of extra groups
+    (``schedule.Production.fill``): each buffer shard must always keep B / T rollouts when
+    drawing without replacement or from the LIFO queue (1 with replacement), counting only
+    its recent part, as its positive part may stay empty. Where each rollout is used once
+    (on-policy, LIFO), no rollout may be made only to be evicted unused but charged: whole
+    groups per batch and at most B made per step. Ratio-based losses need the sampler's
+    behaviour log-probs to be those the trainer computes (full softmax at the temperature).
+    """
+    sc, b, B, G = cfg.schedule, cfg.buffer, cfg.schedule.batch_size, cfg.schedule.group_size
+    once = "schedule.mode=on_policy" if sc.mode == "on_policy" else \
+        "buffer.lifo=true" if b.lifo else None
+    if once and B % G:
+        raise ValueError(f"schedule.batch_size ({B}) must be a multiple of schedule.group_size "
+                         f"({G}) with {once}: each rollout is used once and advantages need "
+                         f"whole groups, so {G - B % G} rollouts a step would be made and "
+                         f"thrown away; e.g. {B - B % G or G} or {B - B % G + G}")
+    if sc.mode != "on_policy":
+        rate = rollouts_per_step(sc, sc.mu_accounting)
+        # The Ray engine's samplers wait while the LIFO queue is full: nothing is wasted.
+        if b.lifo and sc.engine == "emulated" and rate > B + 1e-9:
+            raise ValueError(f"buffer.lifo=true uses each rollout once, so the rollouts made "
+                             f"per step (B / schedule.replay_ratio in sync, B W / (T mu) in "
+                             f"async; here {rate:g}) must be <= schedule.batch_size ({B}): "
+                             f"the surplus would be evicted unused but charged as compute")
+        shards = buffer_shards(sc)
+        if b.capacity % shards:
+            raise ValueError(f"buffer.capacity ({b.capacity}) must be divisible by "
+                             f"schedule.trainers ({shards}): one shard per trainer")
+        per = b.capacity // shards
+        kept = per - round(b.delta * per)  # the recent part (replaytheory.buffer._Shard)
+        by_batch = b.lifo or b.sampling != "with_replacement"
+        need = B // shards if by_batch else 1
+        if kept < need:
+            origin = f", from buffer.horizon={b.horizon:g}" if b.horizon > 0 else ""
+            recent = f" less its positive part round(buffer.delta x {per}), {kept}," \
+                if b.delta else ""
+            how = "buffer.lifo=true" if b.lifo else f"buffer.sampling={b.sampling}"
+            least = f"{need}, the batch per trainer with {how}" if by_batch else "1"
+            raise ValueError(f"buffer.capacity per shard ({per}{origin}){recent} must be >= "
+                             f"{least}, or the buffer can never give a batch")
+    if sc.engine == "ray" and cfg.probe.every:
+        raise ValueError(f"probe.every must be 0 with schedule.engine=ray (the gradient probes "
+                         f"need sampler, buffer and trainer in one process; use "
+                         f"schedule.engine=emulated for them), got {cfg.probe.every}")
+    s, loss = cfg.sampler, cfg.trainer.loss
+    if s.top_p < 1 and loss in _Owned("losses", "RATIO_LOSSES"):
+        raise ValueError(f"sampler.top_p ({s.top_p:g}) must be 1 with trainer.loss={loss}: "
+                         f"the trainer scores the full softmax, so a fresh sample's importance "
+                         f"ratio would be below 1; allowed: sampler.top_p=1, or "
+                         f"trainer.loss=asymre (no ratio) with any top_p in (0, 1]")
+    if cfg.probe.contribution and loss not in _Owned("losses", "RATIO_LOSSES"):
+        raise ValueError(f"probe.contribution=true needs a trainer.loss with an importance "
+                         f"ratio, one of {list(_Owned('losses', 'RATIO_LOSSES'))}; got "
+                         f"trainer.loss={loss}")
 
 
 def parse_override(text: str) -> tuple[str, str, object]:
@@ -420,105 +653,3 @@ def differences(a: Config, b: Config) -> list[str]:
     """Keys (section.key) whose values differ between two configs."""
     da, db = a.to_dict(), b.to_dict()
     return [f"{s}.{k}" for s in da for k in da[s] if da[s][k] != db[s][k]]
-
-
-def validate(cfg: Config) -> None:
-    """Range checks across the whole config; raises ValueError naming the key."""
-    r, t, m, s, sc, b, tr, e, p = (cfg.run, cfg.task, cfg.model, cfg.sampler, cfg.schedule,
-                                   cfg.buffer, cfg.trainer, cfg.eval, cfg.probe)
-    v.integer("run.steps", r.steps, 1)
-    v.integer("run.seed", r.seed, 0)
-    v.integer("run.threads", r.threads, 1)
-    if not (r.device == "cpu" or r.device.startswith("cuda")):
-        raise ValueError(f"run.device must be 'cpu', 'cuda' or 'cuda:N', got {r.device!r}")
-    v.integer("run.log_every", r.log_every, 1)
-    v.integer("run.checkpoint_every", r.checkpoint_every, 1)
-    v.choice("task.name", t.name, ("addition", "reasoning_gym", "math"))
-    v.integer("task.digits", t.digits, 1, 9)
-    v.integer("task.eval_size", t.eval_size, 1)
-    v.integer("task.rg_size", t.rg_size, 2)
-    if t.name == "math" and not t.dataset:
-        raise ValueError("task.dataset must name a dataset or a .jsonl file for task.name=math")
-    if "{problem}" not in t.prompt_template:
-        raise ValueError(f"task.prompt_template must contain {{problem}}, got "
-                         f"{t.prompt_template!r}")
-    for key in ("layers", "heads", "kv_heads", "hidden_size", "intermediate_size", "max_len"):
-        v.integer(f"model.{key}", getattr(m, key), 1)
-    if m.heads % m.kv_heads or m.hidden_size % m.heads:
-        raise ValueError("model.heads must divide model.hidden_size and be a multiple of "
-                         "model.kv_heads")
-    v.choice("model.dtype", m.dtype, ("float32", "bfloat16", "float16"))
-    v.choice("model.attn_implementation", m.attn_implementation, ("sdpa", "eager"))
-    v.integer("model.warm_start_steps", m.warm_start_steps, 0)
-    v.positive("model.warm_start_lr", m.warm_start_lr)
-    v.integer("model.warm_start_batch", m.warm_start_batch, 1)
-    v.integer("model.warm_start_warmup", m.warm_start_warmup, 0)
-    v.real("model.warm_start_target", m.warm_start_target, 0.0, 1.0, hi_open=True)
-    v.choice("sampler.backend", s.backend, ("hf", "vllm"))
-    v.positive("sampler.temperature", s.temperature)
-    v.real("sampler.top_p", s.top_p, 0.0, 1.0, lo_open=True)
-    v.integer("sampler.max_new_tokens", s.max_new_tokens, 1)
-    v.integer("sampler.vllm_kv_cache_gb", s.vllm_kv_cache_gb, 1)
-    v.choice("schedule.mode", sc.mode, ("on_policy", "sync", "async"))
-    v.integer("schedule.batch_size", sc.batch_size, 1)
-    v.integer("schedule.group_size", sc.group_size, 2)
-    v.positive("schedule.replay_ratio", sc.replay_ratio)
-    v.integer("schedule.workers", sc.workers, 1)
-    v.integer("schedule.trainers", sc.trainers, 1)
-    v.integer("schedule.refresh_every", sc.refresh_every, 1)
-    v.integer("schedule.latency_steps", sc.latency_steps, -1)
-    if sc.mu_accounting != -1.0:
-        v.positive("schedule.mu_accounting (-1 = measured)", sc.mu_accounting)
-    if sc.mode == "async" and sc.mu_accounting == -1.0:
-        raise ValueError("schedule.mode=async needs schedule.mu_accounting (> 0): it sets the "
-                         "producer rate B W / (T mu), which must not depend on timing")
-    if sc.batch_size % sc.trainers:
-        raise ValueError(f"schedule.batch_size ({sc.batch_size}) must be divisible by "
-                         f"schedule.trainers ({sc.trainers})")
-    v.integer("buffer.capacity", b.capacity, 1)
-    v.nonnegative("buffer.horizon", b.horizon)
-    v.choice("buffer.sampling", b.sampling, ("with_replacement", "without_replacement",
-                                             "never_used_first"))
-    v.real("buffer.delta", b.delta, 0.0, 1.0, hi_open=True)
-    if b.lifo and b.delta > 0:
-        raise ValueError("buffer.delta must be 0 with buffer.lifo=true (no replay)")
-    if sc.mode == "async" and b.capacity % sc.trainers:
-        raise ValueError(f"buffer.capacity ({b.capacity}) must be divisible by "
-                         f"schedule.trainers ({sc.trainers}): one shard per trainer")
-    if sc.mode != "on_policy" and (b.lifo or b.sampling != "with_replacement") \
-            and b.capacity // sc.trainers < sc.batch_size // sc.trainers:
-        raise ValueError(f"buffer.capacity per shard ({b.capacity // sc.trainers}) must be >= "
-                         f"the batch per trainer ({sc.batch_size // sc.trainers}) when sampling "
-                         f"without replacement or with buffer.lifo")
-    v.choice("trainer.loss", tr.loss, ("grpo", "grpo_unclipped", "grpo_truncated", "asymre"))
-    v.unit_interval("trainer.clip_low", tr.clip_low)
-    v.unit_interval("trainer.clip_high", tr.clip_high)
-    v.positive("trainer.is_cap", tr.is_cap)
-    v.real("trainer.dv", tr.dv)
-    v.choice("trainer.optimizer", tr.optimizer, ("adamw", "adam"))
-    v.positive("trainer.lr", tr.lr)
-    v.real("trainer.beta1", tr.beta1, 0.0, 1.0, hi_open=True)
-    v.real("trainer.beta2", tr.beta2, 0.0, 1.0, hi_open=True)
-    v.nonnegative("trainer.weight_decay", tr.weight_decay)
-    v.nonnegative("trainer.grad_clip", tr.grad_clip)
-    v.nonnegative("trainer.per_sample_clip", tr.per_sample_clip)
-    v.integer("trainer.micro_batch", tr.micro_batch, 0)
-    v.integer("eval.every", e.every, 1)
-    v.nonnegative("eval.temperature", e.temperature)
-    for k in e.pass_k:
-        v.integer("eval.pass_k entries", k, 1)
-    v.integer("eval.pass_k_problems", e.pass_k_problems, 0)
-    v.positive("eval.pass_k_temperature", e.pass_k_temperature)
-    v.real("eval.pass_k_top_p", e.pass_k_top_p, 0.0, 1.0, lo_open=True)
-    v.integer("probe.every", p.every, 0)
-    v.integer("probe.fresh_groups", p.fresh_groups, 4)
-    if p.fresh_groups % 2:
-        raise ValueError(f"probe.fresh_groups must be even (two disjoint halves), got "
-                         f"{p.fresh_groups}")
-    v.integer("probe.fresh_noise_groups", p.fresh_noise_groups, 0, p.fresh_groups // 2)
-    v.integer("probe.buffer_groups", p.buffer_groups, 0)
-    v.integer("probe.crn_groups", p.crn_groups, 0, p.fresh_groups // 2)
-    for s_ in p.crn_staleness:
-        v.integer("probe.crn_staleness entries", s_, 1)
-    v.integer("probe.chunk", p.chunk, 1)
-    v.integer("probe.max_snapshots", p.max_snapshots, 1)

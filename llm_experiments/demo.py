@@ -4,31 +4,42 @@ one of them the first-time warm start).
 ``python -m llm_experiments demo --out runs/demo [--mu 6.84]``
 
 1. A calibration run (``cpu_tiny`` with a buffer of 8 steps, gradient-noise probes) measures
-   sigma(s), rho and kappa (``replaytheory.calibrate``).
+   sigma(s), rho and kappa (``replaytheory.calibrate``); its process first warm-starts the
+   tiny model (cached, ``models.cache_dir``).
 2. The theory predicts the staleness horizon x* and replay ratio y* for the given mu (default
    6.84, the paper's Qwen3-0.6B cost ratio; the tiny model's own measured mu is reported too).
 3. The predicted configuration, on-policy training and two neighbours (half and twice the
    predicted reuse) are trained, two at a time, as a resumable sweep.
-4. ``demo.png``/``demo.pdf`` plot accuracy against compute with the prediction marked, and
-   ``summary.json`` holds the prediction, the fitted constants and each run's results.
+4. ``summary.json`` holds the prediction, the fitted constants and each run's results, and
+   ``python -m figures.demo OUT`` (run as a separate process) draws ``demo.png``/``demo.pdf``:
+   accuracy against compute with the prediction marked.
 
-Every step is resumable: rerun the same command after an interruption.
+The terminal shows one progress bar per phase (warm start, calibration run, prediction,
+training runs); the runs' steps are read from their metrics logs. Every step is resumable:
+rerun the same command after an interruption.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
+import subprocess
 import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 
 import numpy as np
+from tqdm import tqdm
 
 from replaytheory import calibrate
-from replaytheory.analysis import compute_to_target
+from replaytheory.analysis import compute_to_target, mean_over_budget
 from replaytheory.io import write_json
 
+from .cells import kind
 from .results import compact_sweep, load_runs
 from .sweep import run_sweep
 from .validation import load_probes
@@ -37,6 +48,66 @@ BASE = {"run.progress": False, "probe.every": 0}
 CALIBRATION = {"run.steps": 60, "buffer.horizon": 8, "schedule.replay_ratio": 2.0,
                "probe.every": 10, "probe.fresh_groups": 32, "probe.buffer_groups": 8,
                "probe.crn_staleness": [1, 4]}
+PHASES = ("warm start", "calibration run", "prediction", "training runs")
+TARGET_SHARE = 0.8  # the target accuracy: this share of the way from the warm start to the best
+# summary.json shows floats to 12 significant digits (0.416, not 0.41600000000000004); the
+# returned summary keeps full precision.
+SHOWN_DIGITS = 12
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One compared run. config: its label ("on-policy" or "x=.., y=.."). predicted: whether it
+    is the predicted (x, y). Accuracies in [0, 1]; final: at the last evaluation, tail: mean
+    over the last quarter of the steps. compute: trainer updates spent at the summary's mu;
+    compute_to_target: to first reach the target accuracy (inf if never). mean_accuracy: mean
+    accuracy over compute in [0, C], C the smallest compute any compared run spent (the
+    target-free score of theory.md section 8.3; NaN when not computed)."""
+
+    config: str
+    run_id: str
+    predicted: bool
+    final_accuracy: float
+    tail_accuracy: float
+    compute: float
+    compute_to_target: float
+    mean_accuracy: float = math.nan
+
+
+@dataclass(frozen=True)
+class DemoFit:
+    """The fitted constants (theory.md section 4): the noise exponent alpha (and whether the
+    power law fits), the coupling rho in [0, 1] and its form, the bias kappa (None if not
+    measured)."""
+
+    alpha: float
+    power_law_ok: bool
+    rho: float
+    rho_form: str
+    kappa: float | None
+
+
+@dataclass(frozen=True)
+class DemoSummary:
+    """What ``summary.json`` holds. mu: the accounting cost ratio (> 0); mu_measured: the tiny
+    model's own. target_accuracy: TARGET_SHARE of the way from warm_start_accuracy to the best
+    final accuracy. predicted_horizon / predicted_replay_ratio: x* (steps) and y* of the design
+    (theory.md section 5) in its regime ("replay" or "on_policy"); run_horizon /
+    run_replay_ratio: the runnable cell trained for it; predicted_saving in [0, 1)."""
+
+    mu: float
+    mu_measured: float
+    target_accuracy: float
+    warm_start_accuracy: float
+    predicted_horizon: float
+    predicted_replay_ratio: float
+    regime: str
+    run_horizon: float
+    run_replay_ratio: float
+    predicted_saving: float
+    fit: DemoFit
+    notes: list[str]
+    runs: list[DemoRun]
 
 
 def _runnable(x: float, y: float) -> tuple[float, float]:
@@ -56,11 +127,71 @@ def _cells(x: float, y: float) -> list[dict]:
     return cells
 
 
-def run_demo(out: str, mu: float = 6.84, steps: int = 150, workers: int = 2,
-             progress: bool = True, overrides: dict | None = None) -> dict:
-    """Run the demo into ``out``; returns the summary (also written to summary.json).
+def _phase_bar(phase: str, total: int | None, enabled: bool, **kw) -> tqdm:
+    number = PHASES.index(phase) + 1
+    return tqdm(total=total, desc=f"demo {number}/{len(PHASES)}: {phase}", disable=not enabled,
+                dynamic_ncols=True, **kw)
 
-    ``overrides``: extra config settings for every run (e.g. a smaller model in tests).
+
+def _logged_steps(path: str) -> int:
+    """Steps a run has finished: one more than the step of the last complete record of its
+    ``metrics.jsonl`` (0 while it has none). Reads only the last 64 KiB of the file."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 65536))
+            lines = fh.read().split(b"\n")[:-1]  # what follows the last newline may be torn
+        return int(json.loads(lines[-1])["step"]) + 1
+    except (FileNotFoundError, IndexError):  # no log or no complete record yet
+        return 0
+
+
+def _metrics_logs(sweep_dir: str) -> list[str]:
+    return glob.glob(os.path.join(sweep_dir, "runs", "*", "metrics.jsonl"))
+
+
+@contextmanager
+def _following(sweep_dir: str, phase: str, steps: int, runs: int, enabled: bool,
+               warm_start: bool = False):
+    """Show the progress of a sweep running into ``sweep_dir`` while the block runs: with
+    ``warm_start``, first the time until a run starts logging (its process warm-starts the
+    model before its first step), then the steps logged by the runs out of ``steps * runs``,
+    polled once a second (the runs are separate processes)."""
+    if not enabled:
+        yield
+        return
+    stop = threading.Event()
+
+    def poll():
+        if warm_start:
+            with _phase_bar("warm start", None, True, bar_format="{desc}: {elapsed}") as wait:
+                while not _metrics_logs(sweep_dir) and not stop.wait(1.0):
+                    wait.refresh()
+        with _phase_bar(phase, steps * runs, True, unit="step") as bar:
+            while True:
+                stopped = stop.wait(1.0)
+                bar.n = sum(min(steps, _logged_steps(p)) for p in _metrics_logs(sweep_dir))
+                bar.refresh()
+                if stopped:
+                    return
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def run_demo(out: str, mu: float = 6.84, steps: int = 150, workers: int = 2,
+             progress: bool = True, overrides: dict | None = None) -> DemoSummary:
+    """Run the demo into ``out`` and draw its figure; returns the summary (also written to
+    summary.json, floats shown to ``SHOWN_DIGITS`` significant digits).
+
+    mu: accounting cost ratio (finite, > 0). steps: steps per compared run (integer >= 2).
+    workers: compared runs at a time (integer >= 1). ``overrides``: extra config settings for
+    every run (e.g. a smaller model in tests).
     """
     if not (isinstance(mu, (int, float)) and mu > 0 and math.isfinite(mu)):
         raise ValueError(f"mu must be finite and > 0, got {mu!r}")
@@ -69,81 +200,115 @@ def run_demo(out: str, mu: float = 6.84, steps: int = 150, workers: int = 2,
     base = {**BASE, **(overrides or {})}
     os.makedirs(out, exist_ok=True)
     cal_dir = os.path.join(out, "calibration")
-    counts = run_sweep({"config": "cpu_tiny", "set": {**base, **CALIBRATION}},
-                       cal_dir, workers=1, progress=progress)
+    with _following(cal_dir, "calibration run", CALIBRATION["run.steps"], 1, progress,
+                    warm_start=True):
+        counts = run_sweep({"config": "cpu_tiny", "set": {**base, **CALIBRATION}},
+                           cal_dir, workers=1, progress=False)
     if counts["failed"]:
         raise RuntimeError(f"the calibration run failed: see {cal_dir}/logs")
-    probes = load_probes([os.path.join(cal_dir, "runs", d, "probes.npz")
-                          for d in os.listdir(os.path.join(cal_dir, "runs"))])
-    cal = calibrate(probes, probes.counts)
-    design = cal.design(mu)
+    with _phase_bar("prediction", 1, progress) as bar:
+        probes = load_probes(_probe_files(cal_dir))
+        cal = calibrate(probes, probes.counts)
+        design = cal.design(mu)
+        bar.update(1)
     x, y = _runnable(design.horizon, design.replay_ratio) \
         if design.regime == "replay" else (1.0, 1.0)
-    spec = {"config": "cpu_tiny", "set": {**base, "run.steps": steps},
-            "cells": _cells(x, y)}
+    spec = {"config": "cpu_tiny", "set": {**base, "run.steps": steps}, "cells": _cells(x, y)}
     runs_dir = os.path.join(out, "runs")
-    counts = run_sweep(spec, runs_dir, workers=workers, progress=progress)
+    with _following(runs_dir, "training runs", steps, len(spec["cells"]), progress):
+        counts = run_sweep(spec, runs_dir, workers=workers, progress=False)
     if counts["failed"]:
         raise RuntimeError(f"{counts['failed']} demo run(s) failed: see {runs_dir}/logs")
     curves = os.path.join(out, "curves.jsonl")
     compact_sweep(runs_dir, curves)
-    runs = load_runs(curves)
-    summary = _summarise(runs, cal, design, mu, (x, y))
-    write_json(os.path.join(out, "summary.json"), summary)
-    _plot(runs, summary, mu, out)
+    summary = _summarise(load_runs(curves), cal, design, mu, (x, y))
+    write_json(os.path.join(out, "summary.json"), _shown(asdict(summary)))
+    _draw(out)
     return summary
 
 
+def _probe_files(cal_dir: str) -> list[str]:
+    runs = os.path.join(cal_dir, "runs")
+    return [os.path.join(runs, d, "probes.npz") for d in os.listdir(runs)]
+
+
+def _shown(obj):
+    """``obj`` with every float rounded to SHOWN_DIGITS significant digits."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{SHOWN_DIGITS}g}")
+    if isinstance(obj, dict):
+        return {k: _shown(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_shown(v) for v in obj]
+    return obj
+
+
 def _label(run) -> str:
-    if run.get("schedule.mode") == "on_policy":
+    if kind(run) == "on_policy":
         return "on-policy"
     return f"x={run.get('buffer.horizon'):g}, y={run.get('schedule.replay_ratio'):g}"
 
 
-def _summarise(runs, cal, design, mu, xy) -> dict:
+def _summarise(runs, cal, design, mu, xy) -> DemoSummary:
+    """The summary of the compared runs (see ``DemoSummary``)."""
     warm = float(runs[0].eval["eval_accuracy"][0])
     best_final = max(float(r.eval["eval_accuracy"][-1]) for r in runs)
-    target = warm + 0.8 * (best_final - warm)  # 80% of the way from the start to the best
+    target = warm + TARGET_SHARE * (best_final - warm)
+    budget = min(float(r.compute(mu)[-1]) for r in runs)
     rows = []
     for r in runs:
-        comp = r.compute(mu)
-        rows.append({"config": _label(r), "predicted": tuple(xy) == (
-            r.get("buffer.horizon"), r.get("schedule.replay_ratio")),
-            "final_accuracy": float(r.eval["eval_accuracy"][-1]),
-            "tail_accuracy": r.tail_accuracy(), "compute": float(comp[-1]),
-            "compute_to_target": compute_to_target(comp, r.eval["eval_accuracy"], target,
-                                                   interpolate=True)})
+        comp, acc = r.compute(mu), r.eval["eval_accuracy"]
+        rows.append(DemoRun(
+            _label(r), r.run_id,
+            tuple(xy) == (r.get("buffer.horizon"), r.get("schedule.replay_ratio")),
+            float(acc[-1]), r.tail_accuracy(), float(comp[-1]),
+            compute_to_target(comp, acc, target, interpolate=True),
+            mean_over_budget(comp, acc, budget)))
     n = cal.noise
-    return {"mu": mu, "mu_measured": cal.mu, "target_accuracy": target,
-            "warm_start_accuracy": warm, "predicted_horizon": design.horizon,
-            "predicted_replay_ratio": design.replay_ratio, "regime": design.regime,
-            "run_horizon": xy[0], "run_replay_ratio": xy[1],
-            "predicted_saving": design.predicted_saving,
-            "fit": {"alpha": n.alpha, "power_law_ok": n.power_law_ok, "rho": cal.coupling.rho,
-                    "rho_form": cal.coupling.form,
-                    "kappa": cal.bias.kappa if cal.bias else None},
-            "notes": list(design.notes) + list(cal.notes), "runs": rows}
+    fit = DemoFit(n.alpha, n.power_law_ok, cal.coupling.rho, cal.coupling.form,
+                  cal.bias.kappa if cal.bias else None)
+    return DemoSummary(mu, cal.mu, target, warm, design.horizon, design.replay_ratio,
+                       design.regime, xy[0], xy[1], design.predicted_saving, fit,
+                       list(design.notes) + list(cal.notes), rows)
 
 
-def _plot(runs, summary, mu, out) -> None:
-    from figures.style import ON_POLICY_COLOR, PALETTE, plt, save
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    for i, r in enumerate(runs):
-        label = _label(r)
-        predicted = label == f"x={summary['run_horizon']:g}, y={summary['run_replay_ratio']:g}"
-        color = ON_POLICY_COLOR if label == "on-policy" else PALETTE[1 + i % 6]
-        ax.plot(r.compute(mu), r.eval["eval_accuracy"], color=color,
-                lw=2.2 if predicted else 1.2,
-                label=label + (" (predicted)" if predicted else ""))
-    ax.axhline(summary["target_accuracy"], color="grey", ls=":", lw=0.8)
-    ax.set(xlabel=f"compute (trainer updates, mu={mu:g})", ylabel="held-out accuracy",
-           title=f"predicted x*={summary['predicted_horizon']:.3g}, "
-                 f"y*={summary['predicted_replay_ratio']:.3g}")
-    ax.legend(fontsize=7)
-    save(fig, "demo", out)
+def verdict_lines(s: DemoSummary) -> list[str]:
+    """The terminal report: the runs ranked by the target-free score (mean accuracy over the
+    common compute budget), the predicted run marked with its rank, and what one seed per run
+    can and cannot show."""
+    ranked = sorted(s.runs, key=lambda r: -r.mean_accuracy if math.isfinite(r.mean_accuracy)
+                    else math.inf)
+    lines = [f"runs ranked by mean accuracy over compute (mu = {s.mu:g}); compute to reach "
+             f"{s.target_accuracy:.3f}:"]
+    for i, r in enumerate(ranked, 1):
+        reach = f"{r.compute_to_target:.4g}" if math.isfinite(r.compute_to_target) \
+            else f"not reached in {r.compute:.4g}"
+        lines.append(f"  {i}. {r.config:>18s}{' (predicted)' if r.predicted else '':12s} "
+                     f"mean acc {r.mean_accuracy:.3f}  final {r.final_accuracy:.3f}  "
+                     f"compute to target: {reach}")
+    pred = [i for i, r in enumerate(ranked, 1) if r.predicted]
+    where = f"ranked {pred[0]} of {len(ranked)}" if pred else "was not run (on-policy chosen)"
+    lines.append(f"The predicted configuration {where}. One seed per run: this shows the "
+                 f"pipeline end to end, not whether the prediction holds (seed noise alone "
+                 f"can reorder these runs); the evidence is the seed-bootstrap sweep in "
+                 f"results/ (README, 'What we found').")
+    return lines
+
+
+def _draw(out: str) -> None:
+    """``demo.png``/``demo.pdf`` in ``out`` from its saved summary and curves, drawn by
+    ``figures.demo`` in its own process: the harness never imports ``figures``."""
+    cmd = [sys.executable, "-m", "figures.demo", out]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+        raise RuntimeError(f"drawing the figure failed ({last}); the results are saved, "
+                           f"redraw with: {' '.join(cmd)}")
 
 
 def main(argv=None) -> int:
+    """Command line (see the module docstring); exit status 0, or 2 on bad input or a failed
+    run."""
     p = argparse.ArgumentParser(prog="llm_experiments demo", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/demo", help="output folder (rerun to resume)")
     p.add_argument("--mu", type=float, default=6.84, help="accounting mu (default 6.84)")
@@ -155,11 +320,11 @@ def main(argv=None) -> int:
     except (ValueError, RuntimeError) as exc:
         print(f"llm_experiments demo: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({k: s[k] for k in ("mu", "mu_measured", "predicted_horizon",
-                                        "predicted_replay_ratio", "regime")}, indent=1))
-    for row in s["runs"]:
-        print(f"  {row['config']:>18s}  final acc {row['final_accuracy']:.3f}  compute to "
-              f"{s['target_accuracy']:.2f}: {row['compute_to_target']:.4g}")
+    print(json.dumps(_shown({"mu": s.mu, "mu_measured": s.mu_measured,
+                             "predicted_horizon": s.predicted_horizon,
+                             "predicted_replay_ratio": s.predicted_replay_ratio,
+                             "regime": s.regime}), indent=1))
+    print("\n".join(verdict_lines(s)))
     print(f"figure: {os.path.join(a.out, 'demo.png')}\nsummary: "
           f"{os.path.join(a.out, 'summary.json')}")
     return 0

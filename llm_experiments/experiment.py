@@ -29,24 +29,116 @@ from replaytheory.io import write_json
 
 from . import checkpoint
 from .buffer import Rollout, RolloutBuffer
-from .config import Config, save_config
+from .config import OPTIMIZERS, Config, save_config
 from .direct import supports
 from .kernels import use_onednn_linear
-from .losses import (batch_logprobs, clipped_mean_grad, collate, collate_prompts, flat_grad,
-                     group_advantages, loss_stats, policy_loss)
+from .gradients import clipped_mean_grad, flat_grad
+from .losses import (batch_logprobs, collate, collate_prompts, group_advantages, loss_stats,
+                     policy_loss)
 from .metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
 from .models import encode_prompt, load_policy, param_count
+from .probes import Prober, RunCounts, RunView
 from .samplers import WeightUpdate, make_sampler
 from .schedule import ComputeClock, Production, WeightStore
+from .seeds import EVAL_STREAM, derived_seed
 from .tasks import make_task
 
 
-def derived_seed(*parts: int) -> int:
-    """A seed for a side stream (evaluation, probes) that never touches the run's generator."""
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+def grade_rollouts(cfg: Config, task, tokenizer, encode, problems, gen, version: int,
+                   first_item: int, first_group: int) -> list[Rollout]:
+    """Rollouts of a generation ``gen`` of ``problems`` (each repeated G times) made with
+    weight ``version``: completions graded by ``task``, advantages computed once per group of
+    G (theory.md section 6), item ids from ``first_item``, group ids from ``first_group``.
+    ``encode(problem)`` gives the prompt ids."""
+    g = cfg.schedule.group_size
+    texts = [tokenizer.decode(gen.completion(i), skip_special_tokens=True)
+             for i in range(len(gen.lengths))]
+    rewards = np.array([task.reward(problems[i // g], t) for i, t in enumerate(texts)])
+    adv = group_advantages(rewards.reshape(-1, g), cfg.trainer.loss,
+                           cfg.trainer.dv).reshape(-1)
+    out = []
+    for i in range(len(texts)):
+        p = problems[i // g]
+        out.append(Rollout(first_item + i, first_group + i // g, p.pid, version,
+                           np.asarray(encode(p), dtype=np.int32), gen.completion(i).copy(),
+                           gen.logprobs[i, :gen.lengths[i]].copy(), float(rewards[i]),
+                           float(adv[i])))
+    return out
 
 
-class Experiment:
+class PolicyTrainer:
+    """The trainer's update (theory.md section 6), shared by the emulated run (``Experiment``)
+    and the Ray engine's trainer actors (``engines.ray_engine``).
+
+    Needs the attributes cfg, model, opt, tokenizer, device, direct, loss_kwargs and clock
+    (a ``ComputeClock``).
+    """
+
+    def setup_update(self) -> None:
+        """The optimizer over ``self.model`` and the loss's keyword arguments, from
+        ``self.cfg.trainer``."""
+        tr = self.cfg.trainer
+        opt_cls = getattr(torch.optim, OPTIMIZERS[tr.optimizer])
+        self.opt = opt_cls(self.model.parameters(), lr=tr.lr, betas=(tr.beta1, tr.beta2),
+                           weight_decay=tr.weight_decay, fused=self.cfg.run.fast_kernels or None)
+        self.loss_kwargs = {"loss": tr.loss, "clip_low": tr.clip_low,
+                            "clip_high": tr.clip_high, "is_cap": tr.is_cap,
+                            "max_new_tokens": self.cfg.sampler.max_new_tokens}
+
+    def reduce_gradients(self) -> None:
+        """Average the gradient over data-parallel trainers; one process holding the whole
+        batch has nothing to average."""
+
+    def train_step(self, rollouts: list[Rollout], keep_grad: bool) -> dict:
+        """One optimizer update on the batch; returns loss statistics (and the raw gradient
+        as ``grad`` when ``keep_grad``, for the minibatch-noise probe)."""
+        tr, temp = self.cfg.trainer, self.cfg.sampler.temperature
+        self.model.train()
+        t0 = time.perf_counter()
+        make = collate_prompts if self.direct and not tr.per_sample_clip else collate
+        batch = make(rollouts, self.tokenizer.pad_token_id, self.device)
+        n = len(batch)
+        self.opt.zero_grad(set_to_none=True)
+        micro = tr.micro_batch or n
+        logps, ents, loss_sum = [], [], 0.0
+        for start in range(0, n, micro):
+            part = batch.rows(slice(start, start + micro))
+            logp, ent = batch_logprobs(self.model, part, temp)
+            loss = policy_loss(logp, part, **self.loss_kwargs).sum() / n
+            if not tr.per_sample_clip:
+                loss.backward()
+            loss_sum += float(loss.detach())
+            logps.append(logp.detach())
+            ents.append(ent.detach())
+        if tr.per_sample_clip:
+            self._per_sample_clipped_grad(batch)
+        self.reduce_gradients()
+        stats = loss_stats(torch.cat(logps), torch.cat(ents), batch, tr.clip_low, tr.clip_high)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if keep_grad:
+            stats["grad"] = flat_grad(self.model)
+        clip = tr.grad_clip if tr.grad_clip > 0 else float("inf")
+        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        self.opt.step()
+        self.clock.train_seconds += time.perf_counter() - t0
+        self.clock.train_tokens += int(sum(len(r.prompt) + len(r.completion) for r in rollouts))
+        self.clock.steps += 1
+        stats["loss"] = loss_sum
+        return stats
+
+    def _per_sample_clipped_grad(self, batch) -> None:
+        """Set .grad to the mean of per-rollout gradients clipped to trainer.per_sample_clip."""
+        total = clipped_mean_grad(self.model, batch, self.loss_kwargs,
+                                  self.cfg.sampler.temperature, self.cfg.trainer.per_sample_clip,
+                                  self.cfg.probe.chunk)
+        offset = 0
+        for p in self.model.parameters():
+            if p.requires_grad:
+                p.grad = total[offset:offset + p.numel()].view_as(p).to(p.dtype).clone()
+                offset += p.numel()
+
+
+class Experiment(PolicyTrainer):
     """Everything a run holds. Build with a validated ``Config`` and an output folder."""
 
     def __init__(self, cfg: Config, out_dir: str):
@@ -59,16 +151,9 @@ class Experiment:
             use_onednn_linear(self.model)
         self.direct = cfg.run.direct_forward and supports(self.model)
         self.sampler = make_sampler(cfg, self.model, self.tokenizer)
-        tr, sc = cfg.trainer, cfg.schedule
-        opt_cls = torch.optim.AdamW if tr.optimizer == "adamw" else torch.optim.Adam
-        self.opt = opt_cls(self.model.parameters(), lr=tr.lr, betas=(tr.beta1, tr.beta2),
-                           weight_decay=tr.weight_decay, fused=cfg.run.fast_kernels or None)
-        if sc.mode == "on_policy":
-            self.buffer = RolloutBuffer(sc.batch_size, lifo=True)
-        else:
-            self.buffer = RolloutBuffer(cfg.buffer.capacity, sampling=cfg.buffer.sampling,
-                                        delta=cfg.buffer.delta, lifo=cfg.buffer.lifo,
-                                        shards=sc.trainers if sc.mode == "async" else 1)
+        sc = cfg.schedule
+        self.setup_update()
+        self.buffer = RolloutBuffer.for_config(cfg)
         self.mu_fixed = sc.mu_accounting if sc.mu_accounting > 0 else None
         self.production = Production(sc, self.mu_fixed)
         self.clock = ComputeClock(param_count(self.model), sc.batch_size)
@@ -78,13 +163,22 @@ class Experiment:
         self.elapsed_before = 0.0
         self._prompt_ids: dict[int, list[int]] = {}
         self.eval_prompts = [self.encode(p) for p in self.task.eval_problems]
-        self.prober = None
-        if cfg.probe.every:
-            from .probes import Prober
-            self.prober = Prober(cfg, self)
-        self.loss_kwargs = {"loss": tr.loss, "clip_low": tr.clip_low,
-                            "clip_high": tr.clip_high, "is_cap": tr.is_cap,
-                            "max_new_tokens": cfg.sampler.max_new_tokens}
+        self.prober = Prober(cfg, self._run_view()) if cfg.probe.every else None
+
+    def _run_view(self) -> RunView:
+        """What the prober may read of this run (``probes.RunView``)."""
+        return RunView(
+            model=self.model, pad_id=self.tokenizer.pad_token_id,
+            eos_id=self.tokenizer.eos_token_id, device=self.device,
+            loss_kwargs=self.loss_kwargs, out_dir=self.out,
+            buffer_capacity=self.buffer.index.capacity,
+            rollouts_per_step=self.production.rollouts_per_step,
+            sample_problems=self.task.sample_train, encode=self.encode,
+            make_rollouts=self.make_rollouts, current_weights=self.current_weights,
+            snapshot_versions=lambda: set(self.weights.snapshots),
+            snapshot=self.weights.update, buffer=lambda: self.buffer,
+            counts=lambda: RunCounts(self.clock.generated, self.consumed, self.clock.steps,
+                                     self.clock.mu_time(), self.mu_accounting()))
 
     # ---- messages between the parts ---------------------------------------------------------
 
@@ -111,21 +205,8 @@ class Experiment:
     def make_rollouts(self, problems, gen, version: int, first_item: int,
                       first_group: int) -> list[Rollout]:
         """Grade completions and compute advantages once, per group of G (section 6)."""
-        g = self.cfg.schedule.group_size
-        texts = [self.tokenizer.decode(gen.completion(i), skip_special_tokens=True)
-                 for i in range(len(gen.lengths))]
-        rewards = np.array([self.task.reward(problems[i // g], t) for i, t in enumerate(texts)])
-        adv = group_advantages(rewards.reshape(-1, g), self.cfg.trainer.loss,
-                               self.cfg.trainer.dv).reshape(-1)
-        out = []
-        for i in range(len(texts)):
-            p = problems[i // g]
-            out.append(Rollout(first_item + i, first_group + i // g, p.pid, version,
-                               np.asarray(self.encode(p), dtype=np.int32),
-                               gen.completion(i).copy(),
-                               gen.logprobs[i, :gen.lengths[i]].copy(), float(rewards[i]),
-                               float(adv[i])))
-        return out
+        return grade_rollouts(self.cfg, self.task, self.tokenizer, self.encode, problems, gen,
+                              version, first_item, first_group)
 
     def produce(self, n_groups: int, version: int) -> list[Rollout]:
         """Generate ``n_groups`` groups of G rollouts with weight ``version`` (timed)."""
@@ -147,62 +228,13 @@ class Experiment:
         self.next_group += n_groups
         return out
 
-    # ---- trainer ------------------------------------------------------------------------------
-
-    def train_step(self, rollouts: list[Rollout], keep_grad: bool) -> dict:
-        """One optimizer update on the batch; returns loss statistics (and the raw gradient
-        as ``grad`` when ``keep_grad``, for the minibatch-noise probe)."""
-        tr, temp = self.cfg.trainer, self.cfg.sampler.temperature
-        self.model.train()
-        t0 = time.perf_counter()
-        make = collate_prompts if self.direct and not tr.per_sample_clip else collate
-        batch = make(rollouts, self.tokenizer.pad_token_id, self.device)
-        n = len(batch)
-        self.opt.zero_grad(set_to_none=True)
-        micro = tr.micro_batch or n
-        logps, ents, loss_sum = [], [], 0.0
-        for start in range(0, n, micro):
-            part = batch.rows(slice(start, start + micro))
-            logp, ent = batch_logprobs(self.model, part, temp)
-            loss = policy_loss(logp, part, **self.loss_kwargs).sum() / n
-            if not tr.per_sample_clip:
-                loss.backward()
-            loss_sum += float(loss.detach())
-            logps.append(logp.detach())
-            ents.append(ent.detach())
-        if tr.per_sample_clip:
-            self._per_sample_clipped_grad(batch)
-        stats = loss_stats(torch.cat(logps), torch.cat(ents), batch, tr.clip_low, tr.clip_high)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if keep_grad:
-            stats["grad"] = flat_grad(self.model)
-        clip = tr.grad_clip if tr.grad_clip > 0 else float("inf")
-        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        self.opt.step()
-        self.clock.train_seconds += time.perf_counter() - t0
-        self.clock.train_tokens += int(sum(len(r.prompt) + len(r.completion) for r in rollouts))
-        self.clock.steps += 1
-        stats["loss"] = loss_sum
-        return stats
-
-    def _per_sample_clipped_grad(self, batch) -> None:
-        """Set .grad to the mean of per-rollout gradients clipped to trainer.per_sample_clip."""
-        total = clipped_mean_grad(self.model, batch, self.loss_kwargs,
-                                  self.cfg.sampler.temperature, self.cfg.trainer.per_sample_clip,
-                                  self.cfg.probe.chunk)
-        offset = 0
-        for p in self.model.parameters():
-            if p.requires_grad:
-                p.grad = total[offset:offset + p.numel()].view_as(p).to(p.dtype).clone()
-                offset += p.numel()
-
     # ---- evaluation ---------------------------------------------------------------------------
 
     def evaluate(self) -> dict:
         """Held-out accuracy and pass@k at the current weights (own seed)."""
         self.sync_sampler(self.step)
         return evaluate(self.sampler, self.tokenizer, self.task, self.eval_prompts, self.cfg,
-                        seed=derived_seed(self.cfg.run.seed, self.step, 1))
+                        seed=derived_seed(self.cfg.run.seed, self.step, EVAL_STREAM))
 
     # ---- checkpoint ---------------------------------------------------------------------------
 
@@ -254,17 +286,11 @@ class Experiment:
         probe, draw and update (steps 2-4 of the loop). Returns (loss statistics, the
         rollouts made, the batch trained on)."""
         t, sc = self.step, self.cfg.schedule
-        version = self.production.version(t)
         if sc.mode == "async" and t % self.production.refresh == 0:
             self.weights.publish(t, self.model)
         if self.prober:
             self.weights.publish(t, self.model)
-        new = self.produce(self.production.groups_due(t), version)
-        self.buffer.add(new, insert_step=t)
-        while not self.buffer.can_sample(sc.batch_size):
-            more = self.produce(1, version)
-            new += more
-            self.buffer.add(more, insert_step=t)
+        new = self.production.fill(self.buffer, t, self.produce)
         probing = self.prober is not None and t % self.cfg.probe.every == 0
         if probing:
             self.prober.probe(t)
@@ -357,22 +383,33 @@ class Experiment:
         return extra
 
 
-def run_experiment(cfg: Config, out_dir: str, resume: bool = False) -> dict:
-    """Run (or resume) one experiment into ``out_dir``; returns the summary.
+def run_experiment(cfg: Config, out_dir: str, resume: bool = False,
+                   address: str | None = None) -> dict:
+    """Run (or resume) one experiment into ``out_dir`` with the engine of
+    ``schedule.engine``; returns the summary. ``address``: the Ray cluster of the "ray"
+    engine (None = ``$RAY_ADDRESS``, else a local one).
 
-    ``out_dir`` must not exist unless ``resume`` (then its config.yaml must equal ``cfg``).
+    ``out_dir`` must not exist (or be empty) unless ``resume``; with ``resume`` it must hold
+    the config.yaml of an earlier run, equal to ``cfg``.
     """
     from .config import differences, read_config
     cfg_path = os.path.join(out_dir, "config.yaml")
     if resume:
-        if os.path.exists(cfg_path):
-            diff = differences(read_config(cfg_path), cfg)
-            if diff:
-                raise ValueError(f"--resume with a config that differs from {cfg_path} in: "
-                                 f"{', '.join(diff)}")
+        if not os.path.exists(cfg_path):
+            raise ValueError(f"--resume: {out_dir!r} holds no run to resume (no config.yaml); "
+                             f"drop --resume to start a new run there")
+        diff = differences(read_config(cfg_path), cfg)
+        if diff:
+            raise ValueError(f"--resume with a config that differs from {cfg_path} in: "
+                             f"{', '.join(diff)}")
     elif os.path.exists(out_dir) and os.listdir(out_dir):
         raise ValueError(f"output folder {out_dir!r} exists and is not empty; pass --resume to "
                          f"continue it or choose another --out")
     os.makedirs(out_dir, exist_ok=True)
     save_config(cfg, cfg_path)
+    if cfg.schedule.engine == "ray":
+        from .engines.ray_engine import RayRun
+        return RayRun(cfg, out_dir, address).run(resume=resume)
+    if address is not None:
+        raise ValueError("--address needs schedule.engine=ray")
     return Experiment(cfg, out_dir).run(resume=resume)

@@ -1,8 +1,9 @@
-"""Policy-gradient losses on replayed rollouts (theory.md section 6), and per-sample gradients.
+"""Policy-gradient losses on replayed rollouts (theory.md section 6).
 
 Every loss is a mean over sequences of a per-sequence loss, so the batch gradient is exactly
 the mean of per-sample gradients (what the theory's g_t = mean of B estimates assumes, and
-what the probes measure). Tokens after the first end-of-sequence are masked out.
+what the probes measure; ``gradients.py`` computes them). Tokens after the first
+end-of-sequence are masked out.
 
 * ``grpo``: -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) per token, r = pi / pi_behaviour,
   averaged over the sequence's tokens; no KL term.
@@ -24,9 +25,9 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from .kernels import default_linear
-
 LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated", "asymre")
+# The losses with an importance ratio pi / pi_behaviour (asymre uses log pi alone).
+RATIO_LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated")
 
 
 def group_advantages(rewards, loss: str = "grpo", dv: float = -0.1) -> np.ndarray:
@@ -211,72 +212,3 @@ def loss_stats(logp, entropy, batch: TokenBatch, clip_low: float = 0.2,
         "entropy": float(entropy[m].mean()) if m.any() else 0.0,
     }
 
-
-class eager_attention:
-    """Context manager: switch a transformers model to eager attention (vmap-able), then back."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def __enter__(self):
-        self.before = self.model.config._attn_implementation
-        if self.before != "eager":
-            self.model.set_attn_implementation("eager")
-        return self.model
-
-    def __exit__(self, *exc):
-        if self.before != "eager":
-            self.model.set_attn_implementation(self.before)
-
-
-def per_sample_grads(model, batch: TokenBatch, loss_kwargs: dict, temperature: float,
-                     chunk: int = 16, params: dict | None = None):
-    """Yield (start, grads) with grads a (c, P) float32 matrix of flattened per-sequence
-    gradients of ``policy_loss`` for rows start..start+c of the batch (torch.func; eager
-    attention and the default linear kernel, which vmap supports). ``params``: parameters to differentiate at (default: the model's own);
-    the model's weights and .grad fields are not modified."""
-    from torch.func import functional_call, grad, vmap
-    names = [n for n, p in model.named_parameters() if p.requires_grad]
-    if params is None:
-        params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
-    buffers = dict(model.named_buffers())
-
-    def one(p, ids, index, targets, mask, old, adv):
-        row = TokenBatch(targets[None], mask[None], old[None], adv[None],
-                         input_ids=ids[None], index=index[None])
-        logits = functional_call(model, (p, buffers), args=(),
-                                 kwargs={"input_ids": row.input_ids}).logits
-        logp, _ = token_logprobs(logits, row, temperature)
-        return policy_loss(logp, row, **loss_kwargs)[0]
-
-    g = vmap(grad(one), in_dims=(None, 0, 0, 0, 0, 0, 0))
-    with eager_attention(model), default_linear(model):
-        for start in range(0, len(batch), chunk):
-            rows = batch.rows(slice(start, start + chunk))
-            out = g(params, rows.input_ids, rows.index, rows.targets, rows.mask, rows.old_logp,
-                    rows.adv)
-            yield start, torch.cat([out[n].reshape(len(rows), -1).float() for n in names], 1)
-
-
-def clipped_mean_grad(model, batch: TokenBatch, loss_kwargs: dict, temperature: float,
-                      clip: float, chunk: int = 16) -> torch.Tensor:
-    """Mean over the batch of per-sequence gradients, each first clipped to norm ``clip``
-    (> 0), flattened (float32)."""
-    total = None
-    for _, g in per_sample_grads(model, batch, loss_kwargs, temperature, chunk):
-        scale = (clip / g.norm(dim=1).clamp(min=1e-12)).clamp(max=1.0)
-        part = (g * scale[:, None]).sum(0)
-        total = part if total is None else total + part
-    return total / len(batch)
-
-
-def flat_grad(model) -> torch.Tensor:
-    """The model's current .grad fields flattened (zeros where None), float32."""
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
-                      for p in model.parameters() if p.requires_grad])
-
-
-def flat_params(model) -> torch.Tensor:
-    """The model's trainable parameters flattened, detached, float32 (a copy)."""
-    return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()
-                      if p.requires_grad])

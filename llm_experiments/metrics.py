@@ -12,7 +12,7 @@ from math import comb
 
 import numpy as np
 
-from replaytheory.io import _finite
+from replaytheory.io import nonfinite_to_none
 
 REQUIRED_KEYS = ("step", "samples_generated", "samples_consumed", "compute_units", "wall_time",
                  "train_reward", "eval_accuracy", "entropy", "staleness_mean",
@@ -104,7 +104,7 @@ class MetricsLog:
 
     def write(self, record: dict) -> None:
         """Append one record (non-finite floats become null) and flush it."""
-        self.fh.write(json.dumps(_finite(record)) + "\n")
+        self.fh.write(json.dumps(nonfinite_to_none(record)) + "\n")
         self.fh.flush()
         if self.tb is not None:
             for k, val in record.items():

@@ -2,9 +2,9 @@
 
 The tiny model is built from ``ModelConfig`` (untied input and output embeddings, so that a
 vLLM weight reload refreshes the output layer too) and warm-started by supervised training on
-the task's reference answers, so that RL starts from a policy that sometimes succeeds (from a
-random init a correct 4-token answer has probability ~24^-4). The warm start is cached under
-the cache directory, keyed by a hash of the model and task sections.
+the task's reference answers (``warm_start.py``), so that RL starts from a policy that
+sometimes succeeds. The warm start is cached under the cache directory, keyed by a hash of the
+model and task sections.
 """
 
 from __future__ import annotations
@@ -13,19 +13,25 @@ import os
 import shutil
 import tempfile
 
-import numpy as np
 import torch
 
 from .config import Config
+from .warm_start import warm_start
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def cache_dir(cfg: Config) -> str:
-    """The project cache directory: run.cache_dir, else $LLM_EXPERIMENTS_CACHE, else ./.cache."""
-    return cfg.run.cache_dir or os.environ.get("LLM_EXPERIMENTS_CACHE") or \
-        os.path.join(os.getcwd(), ".cache")
+    """The cache directory: ``run.cache_dir``, else ``$LLM_EXPERIMENTS_CACHE``, else
+    ``$XDG_CACHE_HOME/llm_experiments``, else ``~/.cache/llm_experiments``.
+
+    Per user rather than per working directory, so that every run shares one warm start
+    whatever folder it is started from (the cached files themselves do not depend on it).
+    """
+    return cfg.run.cache_dir or os.environ.get("LLM_EXPERIMENTS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "llm_experiments")
 
 
 def char_tokenizer(alphabet: str):
@@ -63,66 +69,6 @@ def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
         text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                              add_generation_prompt=True, tokenize=False)
     return tokenizer.encode(text, add_special_tokens=False)
-
-
-def _sft_batch(tokenizer, problems, max_len: int):
-    """Right-padded (prompt + answer + eos) ids and a mask of the answer positions."""
-    rows, masks = [], []
-    for p in problems:
-        prompt = tokenizer.encode(p.prompt, add_special_tokens=False)
-        answer = tokenizer.encode(p.answer, add_special_tokens=False) + [tokenizer.eos_token_id]
-        ids = (prompt + answer)[:max_len]
-        rows.append(ids)
-        masks.append([0] * len(prompt) + [1] * (len(ids) - len(prompt)))
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, (r, m) in enumerate(zip(rows, masks)):
-        ids[i, :len(r)] = torch.tensor(r)
-        mask[i, :len(m)] = torch.tensor(m, dtype=torch.bool)
-    return ids, mask
-
-
-def _exact_match(model, tokenizer, ids, mask) -> float:
-    """Share of rows whose every answer token (and eos) is the argmax given the true prefix.
-
-    Under teacher forcing this equals greedy decoding reproducing the reference exactly, at
-    the cost of one forward pass.
-    """
-    with torch.no_grad():
-        pred = model(input_ids=ids).logits[:, :-1].argmax(-1)
-    ok = (pred == ids[:, 1:]) | ~mask[:, 1:]
-    return float(ok.all(dim=1).float().mean())
-
-
-def warm_start(model, tokenizer, task, cfg: Config) -> int:
-    """Supervised training on reference answers (AdamW, linear warm-up, clip 1.0), in place.
-
-    Loss: cross-entropy of the answer tokens (and end-of-sequence) given the prompt. With
-    ``model.warm_start_target`` > 0, stops at the first check (every 2 steps) where greedy
-    accuracy on 512 fixed training problems reaches the target. Returns the steps taken.
-    """
-    m = cfg.model
-    rng = np.random.default_rng(m.warm_start_seed)
-    check_ids, check_mask = _sft_batch(tokenizer, task.sample_train(512, rng), m.max_len)
-    opt = torch.optim.AdamW(model.parameters(), lr=m.warm_start_lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(1, m.warm_start_warmup)))
-    for step in range(m.warm_start_steps):
-        if m.warm_start_target > 0 and step % 2 == 0 and \
-                _exact_match(model, tokenizer, check_ids, check_mask) >= m.warm_start_target:
-            return step
-        model.train()
-        ids, mask = _sft_batch(tokenizer, task.sample_train(m.warm_start_batch, rng), m.max_len)
-        logits = model(input_ids=ids).logits[:, :-1].float()
-        target, tmask = ids[:, 1:], mask[:, 1:]
-        loss = torch.nn.functional.cross_entropy(logits[tmask], target[tmask])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-    return m.warm_start_steps
 
 
 def load_policy(cfg: Config, task):

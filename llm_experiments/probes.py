@@ -23,16 +23,27 @@ Every ``probe.every`` steps, at the current weights theta_t (before the update o
 5. Minibatch: ||g_t - g_ref||^2 of the actual training batch of step t, and the change of the
    reference gradient since the previous probe against the parameter drift since then (an
    estimate of the smoothness L of section 4).
+6. Reuse (``probe.reuse_gaps``, off by default): for each probed buffer sequence that existed
+   at an earlier probe t - g, its noise at the weights of t - g against that probe's g_ref,
+   with its noise now (the ``reuse`` table: one rollout's noise at two steps; theory.md
+   section 8.9). The references of the last probes are kept for this.
+7. Contribution (``probe.contribution``, off by default): per probed buffer sequence, the
+   clip fraction, the importance weight and the share of its unclipped gradient the trained
+   loss keeps (the ``contribution`` table).
 
 All rows follow ``replaytheory.probes`` (extra columns: noise.source 0 buffer / 1 fresh,
 noise.insert_step, noise.uses (earlier uses of the sample; under clipping noise depends on
 them), bias.method, bias.indep_noise_sq, minibatch.grad_sq (||g_ref||^2),
 minibatch.grad_change_sq (||g_ref - previous probe's g_ref||^2 with both reference errors
 removed), minibatch.drift_prev (||theta - previous probe's theta||); 0 where not
-applicable). Coupling rows count buffer_size and rollouts_per_step in the row's unit (groups
+applicable), contribution.sq_unclip (||G_unclip||^2, the weight of a row in a pooled
+contribution). Coupling rows count buffer_size and rollouts_per_step in the row's unit (groups
 of G for group rows). Probes draw
 from their own seeded stream and never write the model, its gradients, or the run's RNG.
 Their cost (seconds) is reported and bounded by the sizes in ``ProbeConfig``.
+
+The prober sees the run only through a ``RunView`` (built by ``Experiment``): the policy, the
+buffer and weight snapshots (read only), prompt encoding and grading, and the run's counts.
 """
 
 from __future__ import annotations
@@ -40,18 +51,25 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from replaytheory.probes import SCHEMA, UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
 
-from .losses import collate, flat_params, per_sample_grads, policy_loss, token_logprobs
-from .samplers import WeightUpdate
+from .buffer import Rollout, RolloutBuffer
+from .config import Config
+from .gradients import flat_params, per_sample_grads
+from .losses import collate, loss_stats, policy_loss, token_logprobs
+from .samplers import Generation, WeightUpdate
 from .samplers.hf import HFSampler
+from .seeds import PROBE_STREAM, derived_seed
 
 EXTRA = {"noise": ("source", "insert_step", "uses"), "bias": ("method", "indep_noise_sq"),
-         "minibatch": ("grad_sq", "grad_change_sq", "drift_prev")}
+         "minibatch": ("grad_sq", "grad_change_sq", "drift_prev"),
+         "contribution": ("sq_unclip",)}
 SOURCE_BUFFER, SOURCE_FRESH = 0, 1
 METHOD_BUFFER, METHOD_CRN = 0, 1
 
@@ -65,37 +83,94 @@ def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.dot(a.double(), b.double()) / (na * nb)) if na > 0 and nb > 0 else 0.0
 
 
-class Prober:
-    """Runs the probes of a live ``Experiment`` and writes ``probes.npz`` in its folder."""
+@dataclass(frozen=True)
+class RunCounts:
+    """A run's counts so far, written with the probes: rollouts generated, rollouts drawn
+    for training, trainer steps taken, and mu (generation cost of a batch over the cost of an
+    update, theory.md section 3): time-measured and the one used for accounting (None until
+    known)."""
 
-    def __init__(self, cfg, exp):
-        self.cfg, self.exp = cfg, exp
-        self.sampler = HFSampler(exp.model, exp.tokenizer.eos_token_id,
-                                 exp.tokenizer.pad_token_id, direct=cfg.run.direct_forward)
+    unique_rollouts: int
+    samples_consumed: int
+    steps: int
+    mu_measured: float | None
+    mu_accounting: float | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What the prober reads of a live run. Callables, not copies: the run replaces its
+    buffer and snapshots on resume, and they change every step.
+
+    model: the trainer's policy (probes differentiate at its weights, never write them).
+    pad_id, eos_id: the tokenizer's padding and end-of-sequence ids. device: the model's.
+    loss_kwargs: keyword arguments of ``losses.policy_loss`` (the training loss).
+    out_dir: the run folder (``probes.npz`` goes there). buffer_capacity: N, in rollouts.
+    rollouts_per_step: R, new rollouts per trainer step (section 4).
+    sample_problems(n, rng): n training problems drawn with ``rng``.
+    encode(problem): its prompt token ids.
+    make_rollouts(problems, gen, version, first_item, first_group): graded rollouts with
+    group advantages (section 6) of a generation made with weight ``version``.
+    current_weights(): the trainer's weights now. snapshot_versions(): the versions kept.
+    snapshot(version): a kept version's weights. buffer(): the replay buffer (read only).
+    counts(): the run's ``RunCounts``.
+    """
+
+    model: torch.nn.Module
+    pad_id: int
+    eos_id: int
+    device: torch.device
+    loss_kwargs: dict
+    out_dir: str
+    buffer_capacity: int
+    rollouts_per_step: float
+    sample_problems: Callable[[int, np.random.Generator], list]
+    encode: Callable[[object], list[int]]
+    make_rollouts: Callable[[list, Generation, int, int, int], list[Rollout]]
+    current_weights: Callable[[], WeightUpdate]
+    snapshot_versions: Callable[[], set[int]]
+    snapshot: Callable[[int], WeightUpdate]
+    buffer: Callable[[], RolloutBuffer]
+    counts: Callable[[], RunCounts]
+
+
+class Prober:
+    """Runs the probes of a live run (seen through a ``RunView``) and writes ``probes.npz``
+    in its folder."""
+
+    def __init__(self, cfg: Config, run: RunView):
+        self.cfg, self.run = cfg, run
+        self.sampler = HFSampler(run.model, run.eos_id, run.pad_id,
+                                 direct=cfg.run.direct_forward)
         self.rows: dict[str, list[dict]] = {name: [] for name in SCHEMA}
         self.seconds = 0.0
         self._ref = None  # (g_ref, ref_sq_error, sigma_bar2) of the current probe
         self._prev = None  # (g_ref, ref_sq_error, theta) of the previous probe
         self._smooth = (0.0, 0.0, 0.0)  # grad_sq, grad_change_sq, drift_prev of this probe
+        self._refs: dict[int, torch.Tensor] = {}  # probe step -> its g_ref, for reuse rows
 
     # ---- bookkeeping --------------------------------------------------------------------------
 
     def versions_needed(self, step: int) -> set[int]:
-        """Snapshots to keep: buffer items' versions and the CRN staleness window, newest
-        ``probe.max_snapshots`` of them."""
+        """Snapshots to keep: buffer items' versions, the CRN staleness window and the probe
+        steps whose references the reuse rows still need, newest ``probe.max_snapshots`` of
+        them."""
         window = step - max(self.cfg.probe.crn_staleness, default=0)
-        versions = set(self.exp.buffer.versions().tolist())
-        versions |= {v for v in self.exp.weights.snapshots if v >= window}
+        versions = set(self.run.buffer().versions().tolist())
+        versions |= {v for v in self.run.snapshot_versions() if v >= window}
+        versions |= set(self._refs)
         return set(sorted(versions)[-self.cfg.probe.max_snapshots:])
 
     def state_dict(self) -> dict:
         """Rows measured so far, the previous probe's reference and the probe seconds."""
-        return {"rows": self.rows, "seconds": self.seconds, "prev": self._prev}
+        return {"rows": self.rows, "seconds": self.seconds, "prev": self._prev,
+                "refs": self._refs}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a state saved by ``state_dict``."""
         self.rows, self.seconds = state["rows"], state["seconds"]
         self._prev = state.get("prev")
+        self._refs = state.get("refs", {})
 
     def probe_set(self) -> ProbeSet:
         """The rows so far as a ``replaytheory.probes.ProbeSet`` with the run counts."""
@@ -104,55 +179,57 @@ class Prober:
             cols = cols + EXTRA.get(name, ())
             tables[name] = {c: np.array([r[c] for r in self.rows[name]], dtype=float)
                             for c in cols}
-        e, sc = self.exp, self.cfg.schedule
-        counts = {"unique_rollouts": e.clock.generated, "samples_consumed": e.consumed,
-                  "workers": sc.workers, "trainers": sc.trainers, "steps": e.clock.steps}
-        for key, val in (("mu_measured", e.clock.mu_time()),
-                         ("mu_accounting", e.mu_accounting())):
+        c, sc = self.run.counts(), self.cfg.schedule
+        counts = {"unique_rollouts": c.unique_rollouts, "samples_consumed": c.samples_consumed,
+                  "workers": sc.workers, "trainers": sc.trainers, "steps": c.steps}
+        for key, val in (("mu_measured", c.mu_measured), ("mu_accounting", c.mu_accounting)):
             if val is not None:
                 counts[key] = float(val)
         return ProbeSet(tables, counts)
 
     def save(self) -> None:
         """Write ``probes.npz`` in the run folder, atomically."""
-        self.probe_set().save(os.path.join(self.exp.out, "probes.npz"))
+        self.probe_set().save(os.path.join(self.run.out_dir, "probes.npz"))
 
     # ---- gradients ----------------------------------------------------------------------------
 
     def _group_grads(self, groups: list[list]) -> torch.Tensor:
         """(n_groups, P) gradients of each group's mean loss at the current weights."""
-        e = self.exp
-        params = [p for p in e.model.parameters() if p.requires_grad]
+        r = self.run
+        params = [p for p in r.model.parameters() if p.requires_grad]
         out = []
         for rollouts in groups:
-            batch = collate(rollouts, e.tokenizer.pad_token_id, e.device)
-            logp, _ = token_logprobs(e.model(input_ids=batch.input_ids).logits, batch,
+            batch = collate(rollouts, r.pad_id, r.device)
+            logp, _ = token_logprobs(r.model(input_ids=batch.input_ids).logits, batch,
                                      self.cfg.sampler.temperature)
-            loss = policy_loss(logp, batch, **e.loss_kwargs).mean()
+            loss = policy_loss(logp, batch, **r.loss_kwargs).mean()
             grads = torch.autograd.grad(loss, params)
             out.append(torch.cat([g.reshape(-1).float() for g in grads]))
         return torch.stack(out)
 
-    def _seq_grads(self, rollouts: list) -> torch.Tensor:
-        """(n, P) per-sequence gradients (torch.func)."""
-        e = self.exp
-        batch = collate(rollouts, e.tokenizer.pad_token_id, e.device)
+    def _seq_grads(self, rollouts: list, params: dict | None = None,
+                   loss_kwargs: dict | None = None) -> torch.Tensor:
+        """(n, P) per-sequence gradients (torch.func) of the training loss (or of the loss
+        ``loss_kwargs``) at the current weights (or at ``params``, {name: tensor})."""
+        r = self.run
+        batch = collate(rollouts, r.pad_id, r.device)
         return torch.cat([g for _, g in per_sample_grads(
-            e.model, batch, e.loss_kwargs, self.cfg.sampler.temperature, self.cfg.probe.chunk)])
+            r.model, batch, r.loss_kwargs if loss_kwargs is None else loss_kwargs,
+            self.cfg.sampler.temperature, self.cfg.probe.chunk, params)])
 
     def _generate(self, problems, uniforms, update: WeightUpdate, first_group: int):
-        e, g = self.exp, self.cfg.schedule.group_size
+        r, g = self.run, self.cfg.schedule.group_size
         self.sampler.load_weights(update)
-        prompts = [e.encode(p) for p in problems for _ in range(g)]
+        prompts = [r.encode(p) for p in problems for _ in range(g)]
         gen = self.sampler.generate(prompts, max_new_tokens=self.cfg.sampler.max_new_tokens,
                                     temperature=self.cfg.sampler.temperature,
                                     top_p=self.cfg.sampler.top_p, uniforms=uniforms)
-        rollouts = e.make_rollouts(problems, gen, update.version, 0, first_group)
+        rollouts = r.make_rollouts(problems, gen, update.version, 0, first_group)
         return [rollouts[i * g:(i + 1) * g] for i in range(len(problems))]
 
     def _drift(self, theta: torch.Tensor, version: int) -> float:
-        names = [n for n, p in self.exp.model.named_parameters() if p.requires_grad]
-        snap = self.exp.weights.snapshots[version]
+        names = [n for n, p in self.run.model.named_parameters() if p.requires_grad]
+        snap = self.run.snapshot(version).state
         old = torch.cat([snap[n].reshape(-1).float() for n in names]).to(theta.device)
         return float((theta - old).double().norm())
 
@@ -160,15 +237,14 @@ class Prober:
 
     def probe(self, step: int) -> None:
         """Measure noise, coupling and bias at the current weights (trainer step ``step``)."""
-        from .experiment import derived_seed
         t0 = time.perf_counter()
-        e, p, g = self.exp, self.cfg.probe, self.cfg.schedule.group_size
-        rng = np.random.default_rng(derived_seed(self.cfg.run.seed, step, 2))
-        theta = flat_params(e.model)
+        r, p, g = self.run, self.cfg.probe, self.cfg.schedule.group_size
+        rng = np.random.default_rng(derived_seed(self.cfg.run.seed, step, PROBE_STREAM))
+        theta = flat_params(r.model)
         n_seq = p.fresh_groups * g
-        problems = e.task.sample_train(p.fresh_groups, rng)
+        problems = r.sample_problems(p.fresh_groups, rng)
         uniforms = rng.random((n_seq, self.cfg.sampler.max_new_tokens))
-        fresh = self._generate(problems, uniforms, e.current_weights(), -1)
+        fresh = self._generate(problems, uniforms, r.current_weights(), -1)
         fresh_g = self._group_grads(fresh)
         half = p.fresh_groups // 2
         g1, g2 = fresh_g[:half].mean(0), fresh_g[half:].mean(0)
@@ -199,6 +275,10 @@ class Prober:
                        fresh_g[:p.crn_groups], g_ref, grad_sq)
         sigma_bar2 = float(np.mean(buffer_seq_sq)) if buffer_seq_sq else 0.0
         self._ref = (g_ref, ref_err, sigma_bar2)
+        if p.reuse_gaps:
+            oldest = step - max(p.reuse_gaps) * p.every
+            self._refs = {s: ref for s, ref in self._refs.items() if s >= oldest}
+            self._refs[step] = g_ref.detach().cpu().clone()
         self.seconds += time.perf_counter() - t0
 
     def _noise(self, step, staleness, drift, sq, ref_err, unit, source, insert_step, uses):
@@ -209,16 +289,16 @@ class Prober:
 
     def _buffer_samples(self, step, theta, g_ref, ref_err, grad_sq) -> list[float]:
         """Noise, coupling and buffer-based bias rows; returns the sequences' sq noise."""
-        e, p = self.exp, self.cfg.probe
+        p, buffer = self.cfg.probe, self.run.buffer()
         groups = defaultdict(list)
-        for r in e.buffer.rollouts():
+        for r in buffer.rollouts():
             groups[r.group_id].append(r)
-        size = self.cfg.schedule.group_size
+        size, kept = self.cfg.schedule.group_size, self.run.snapshot_versions()
         candidates = [gid for gid, rs in groups.items()
-                      if len(rs) == size and rs[0].version in e.weights.snapshots]
+                      if len(rs) == size and rs[0].version in kept]
         if not candidates or not p.buffer_groups:
             return []
-        insert = {gid: int(e.buffer.index.metadata([groups[gid][0].item_id])["insert_step"][0])
+        insert = {gid: int(buffer.index.metadata([groups[gid][0].item_id])["insert_step"][0])
                   for gid in candidates}
         candidates.sort(key=lambda gid: (insert[gid], gid))
         pick = np.unique(np.round(np.linspace(0, len(candidates) - 1,
@@ -227,10 +307,15 @@ class Prober:
         seq_eps, seq_group, group_eps, seq_sq = [], [], [], []
         for gid in chosen:
             rs = groups[gid]
-            eps = self._seq_grads(rs) - g_ref
+            grads = self._seq_grads(rs)
+            eps = grads - g_ref
             version = rs[0].version
             drift = self._drift(theta, version)
-            uses = e.buffer.index.metadata([r.item_id for r in rs])["uses"]
+            uses = buffer.index.metadata([r.item_id for r in rs])["uses"]
+            if p.reuse_gaps:
+                self._reuse(step, rs, eps, uses)
+            if p.contribution:
+                self._contribution(step, rs, grads, uses)
             for row, u in zip(eps, uses):
                 sq = _sq(row)
                 seq_sq.append(sq)
@@ -268,6 +353,59 @@ class Prober:
                 "method": METHOD_BUFFER, "indep_noise_sq": 0.0})
         return seq_sq
 
+    def _reuse(self, step, rollouts, eps, uses) -> None:
+        """``reuse`` rows of one probed group: each sequence's noise now (``eps``, (n, P))
+        against its noise at the weights and reference of the probe ``k * every`` steps ago,
+        for k in ``probe.reuse_gaps`` where that probe, its snapshot and the rollout existed;
+        one row per sequence and one for the group (noise = mean of its sequences')."""
+        p, r = self.cfg.probe, self.run
+        version, kept = rollouts[0].version, r.snapshot_versions()
+        names = [n for n, q in r.model.named_parameters() if q.requires_grad]
+        for k in p.reuse_gaps:
+            then = step - k * p.every
+            if then < version or then not in self._refs or then not in kept:
+                continue
+            snap = r.snapshot(then).state
+            params = {n: snap[n].to(r.device) for n in names}
+            old = self._seq_grads(rollouts, params=params) - self._refs[then].to(eps.device)
+            pairs = [(now, before, UNIT_SEQUENCE, float(u))
+                     for now, before, u in zip(eps, old, uses)]
+            pairs.append((eps.mean(0), old.mean(0), UNIT_GROUP, float(np.mean(uses))))
+            for now, before, unit, u in pairs:
+                self.rows["reuse"].append({
+                    "probe_step": step, "gap": step - then, "staleness": step - version,
+                    "uses": u, "inner": float(torch.dot(now.double(), before.double())),
+                    "sq_now": _sq(now), "sq_then": _sq(before), "unit": unit})
+
+    def _contribution(self, step, rollouts, grads, uses) -> None:
+        """``contribution`` rows of one probed group (per sequence, and the group): clip
+        fraction and importance weight of its tokens at the current weights, and the share
+        <G_clip, G_unclip> / ||G_unclip||^2 of the unclipped gradient that the trained loss
+        keeps (``grads``: the trained loss's per-sequence gradients, (n, P)). A sequence
+        without gradient (zero advantage) keeps everything: contribution 1, sq_unclip 0."""
+        r, kw = self.run, self.run.loss_kwargs
+        unclipped = self._seq_grads(rollouts, loss_kwargs={**kw, "loss": "grpo_unclipped"})
+        batch = collate(rollouts, r.pad_id, r.device)
+        with torch.no_grad():
+            logp, entropy = token_logprobs(r.model(input_ids=batch.input_ids).logits, batch,
+                                           self.cfg.sampler.temperature)
+        parts = [(slice(i, i + 1), grads[i], unclipped[i], UNIT_SEQUENCE, float(u))
+                 for i, u in enumerate(uses)]
+        parts.append((slice(0, len(rollouts)), grads.mean(0), unclipped.mean(0), UNIT_GROUP,
+                      float(np.mean(uses))))
+        for rows, kept, full, unit, u in parts:
+            sub = batch.rows(rows)
+            clip = loss_stats(logp[rows], entropy[rows], sub, kw["clip_low"],
+                              kw["clip_high"])["clip_fraction"]
+            ratio = torch.exp(logp[rows] - sub.old_logp)[sub.mask]
+            sq_full = _sq(full)
+            share = float(torch.dot(kept.double(), full.double())) / sq_full if sq_full else 1.0
+            self.rows["contribution"].append({
+                "probe_step": step, "staleness": step - rollouts[0].version, "uses": u,
+                "clip_fraction": clip, "contribution": share,
+                "is_weight": float(ratio.double().mean()), "unit": unit,
+                "sq_unclip": sq_full})
+
     def _coupling(self, step, gram, insert, group, ref_err, unit) -> None:
         """Mean pairwise inner products of noise vectors (Gram matrix ``gram``) by insertion
         gap, over pairs of distinct groups only."""
@@ -284,21 +422,21 @@ class Prober:
                 "mean_inner": float(gram[i[sel], j[sel]].mean()),
                 "mean_sq": float(((sq[i[sel]] + sq[j[sel]]) / 2).mean()),
                 "ref_sq_error": ref_err,
-                "buffer_size": self.exp.buffer.index.capacity / per,
-                "rollouts_per_step": self.exp.production.rollouts_per_step / per,
+                "buffer_size": self.run.buffer_capacity / per,
+                "rollouts_per_step": self.run.rollouts_per_step / per,
                 "unit": unit})
 
     def _crn_bias(self, step, theta, problems, uniforms, fresh_g, g_ref, grad_sq) -> None:
         """Regenerate the same prompts with the same uniforms from old snapshots (method 1)."""
-        e = self.exp
         n = len(problems)
         if n == 0:
             return
+        kept = self.run.snapshot_versions()
         for s in self.cfg.probe.crn_staleness:
             version = step - s
-            if version < 0 or version not in e.weights.snapshots:
+            if version < 0 or version not in kept:
                 continue
-            old = self._generate(problems, uniforms, e.weights.update(version), -1)
+            old = self._generate(problems, uniforms, self.run.snapshot(version), -1)
             old_g = self._group_grads(old)
             d = old_g - fresh_g
             m = d.mean(0)
@@ -314,12 +452,11 @@ class Prober:
     def add_minibatch(self, step: int, grad: torch.Tensor) -> None:
         """Minibatch noise of the training batch of ``step`` against this probe's g_ref."""
         g_ref, ref_err, sigma_bar2 = self._ref
-        sc, prod = self.cfg.schedule, self.exp.production
-        r = prod.rollouts_per_step
+        sc, n, r = self.cfg.schedule, self.run.buffer_capacity, self.run.rollouts_per_step
         self.rows["minibatch"].append({
-            "probe_step": step, "horizon": self.exp.buffer.index.capacity / r,
+            "probe_step": step, "horizon": n / r,
             "replay_ratio": sc.batch_size / r, "batch_size": sc.batch_size,
-            "buffer_size": self.exp.buffer.index.capacity, "rollouts_per_step": r,
+            "buffer_size": n, "rollouts_per_step": r,
             "sq_error": _sq(grad.to(g_ref.device) - g_ref), "ref_sq_error": ref_err,
             "sigma_bar2": sigma_bar2, "grad_sq": self._smooth[0],
             "grad_change_sq": self._smooth[1], "drift_prev": self._smooth[2]})

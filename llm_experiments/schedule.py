@@ -9,6 +9,8 @@
       while T trainers make one update in C / T; section 3), with the weights the workers
       hold: published every k steps and ``latency`` steps old (a worker needs mu T trainer
       steps to finish a batch). Deterministic: no timing enters.
+  When the buffer cannot yet give a batch (first steps; LIFO), whole groups more are made
+  (``Production.fill``); the config checks guarantee that a bounded number suffices.
 * ``WeightStore``: published weight snapshots (CPU copies) by version.
 * ``ComputeClock``: seconds, tokens and FLOPs of generation and training; the measured mu
   (time and FLOPs) and compute in units of one trainer update, steps + mu * generated / B.
@@ -17,12 +19,29 @@
 from __future__ import annotations
 
 import math
-
-import torch
+from typing import Callable
 
 from replaytheory.compute import mu_from_costs
 
 from .samplers import WeightUpdate
+
+# How rollouts are produced (see the module docstring); ``schedule.mode`` is one of these.
+MODES = ("on_policy", "sync", "async")
+
+
+def rollouts_per_step(sc, mu: float | None = None) -> float:
+    """R, rollouts made per trainer step by the schedule ``sc`` (a ``ScheduleConfig``; theory.md
+    sections 3-4): B on-policy, B / y sync, B W / (T mu) async (``mu`` > 0 needed there)."""
+    if sc.mode == "on_policy":
+        return float(sc.batch_size)
+    if sc.mode == "sync":
+        return sc.batch_size / sc.replay_ratio
+    return sc.batch_size * sc.workers / (sc.trainers * mu)
+
+
+def buffer_shards(sc) -> int:
+    """Buffer shards of the schedule ``sc``: one per trainer in "async", else 1."""
+    return sc.trainers if sc.mode == "async" else 1
 
 
 class Production:
@@ -30,21 +49,20 @@ class Production:
 
     def __init__(self, cfg_schedule, mu: float | None = None):
         sc = cfg_schedule
-        self.mode, self.group_size = sc.mode, sc.group_size
-        if sc.mode == "on_policy":
-            rollouts = float(sc.batch_size)
-        elif sc.mode == "sync":
-            rollouts = sc.batch_size / sc.replay_ratio
-        else:
-            rollouts = sc.batch_size * sc.workers / (sc.trainers * mu)
-        self.rollouts_per_step = rollouts
-        self.groups_per_step = rollouts / sc.group_size
+        self.mode, self.group_size, self.batch_size = sc.mode, sc.group_size, sc.batch_size
+        self.shards = buffer_shards(sc)
+        self.rollouts_per_step = rollouts_per_step(sc, mu)
+        self.groups_per_step = self.rollouts_per_step / sc.group_size
         if sc.mode == "async":
             self.refresh = sc.refresh_every
             self.latency = sc.latency_steps if sc.latency_steps >= 0 else \
                 int(round(mu * sc.trainers))
         else:
             self.refresh, self.latency = 1, 0
+        # Each extra group gives each shard >= floor(G/T) more of its B/T rollouts (round
+        # robin), and a shard that a FIFO eviction touched already holds all it can keep,
+        # which the config checks is >= B/T: so ceil((B + T - 1) / G) extra groups always do.
+        self.max_extra_groups = -(-(self.batch_size + self.shards - 1) // self.group_size)
 
     def groups_due(self, step: int) -> int:
         """Prompt groups to generate before trainer step ``step`` (>= 0)."""
@@ -55,12 +73,33 @@ class Production:
         """Weight version (a trainer step) the producers use before step ``step``."""
         return max(0, step - self.latency) // self.refresh * self.refresh
 
+    def fill(self, buffer, step: int, produce: Callable[[int, int], list]) -> list:
+        """Make the rollouts of trainer step ``step`` and insert them into ``buffer`` (a
+        ``RolloutBuffer``): ``groups_due(step)`` groups, then one group at a time until the
+        buffer can give a batch of B (whole groups: advantages are normalised per group,
+        theory.md section 6).
+        ``produce(n_groups, version)`` makes the rollouts. Returns every rollout made."""
+        version = self.version(step)
+        new = produce(self.groups_due(step), version)
+        buffer.add(new, insert_step=step)
+        extra = 0
+        while not buffer.can_sample(self.batch_size):
+            if extra == self.max_extra_groups:
+                raise RuntimeError(f"step {step}: the buffer cannot give a batch of "
+                                   f"{self.batch_size} after {extra} extra groups; the config "
+                                   f"checks should have refused this configuration")
+            more = produce(1, version)
+            new += more
+            buffer.add(more, insert_step=step)
+            extra += 1
+        return new
+
 
 class WeightStore:
     """Published weight snapshots, CPU copies keyed by version (trainer step)."""
 
     def __init__(self):
-        self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
+        self.snapshots: dict[int, dict] = {}  # version -> {name: CPU tensor}
 
     def publish(self, version: int, model) -> None:
         """Keep a CPU copy of the model's weights as ``version`` (once per version)."""

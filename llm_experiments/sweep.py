@@ -1,6 +1,7 @@
 """Resumable sweeps: a grid of training runs, each one a ``llm_experiments run`` process.
 
-``python -m llm_experiments sweep --spec SPEC.yaml --out sweeps/NAME [--workers K]``
+``python -m llm_experiments sweep --spec SPEC.yaml --out sweeps/NAME [--workers K]
+[--engine ray [--address A]]`` (``--engine ray``: each run a Ray task on a cluster, same files)
 
 The spec (YAML)::
 
@@ -43,6 +44,8 @@ from tqdm import tqdm
 from replaytheory.io import atomic_write, write_json
 
 DEFAULT_COMMAND = [sys.executable, "-m", "llm_experiments", "run"]
+# Where the runs of a sweep execute (``--engine``): local subprocesses or Ray tasks.
+SWEEP_ENGINES = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -165,19 +168,62 @@ def write_results(out_dir: Path, rows: list[dict]) -> None:
     atomic_write(str(out_dir / "results.csv"), lambda fh: fh.write(buf.getvalue()))
 
 
+def _ray_call(cmd: list[str], log_path: str, env: dict) -> int:
+    """A sweep run as a Ray task: the run's command in a subprocess, output to its log."""
+    with open(log_path, "a") as log:
+        return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _on_ray(todo: list[RunSpec], prepare, finish, address: str | None, env: dict) -> None:
+    """Run ``todo`` as Ray tasks (one CPU each) on the cluster at ``address`` (None: local);
+    a run whose engine is Ray joins the same cluster. ``prepare(run)`` gives (command, log
+    path), ``finish(run, command, log path, return code)`` books it."""
+    import ray
+    from .engines.ray_engine import connect
+    ours = connect(address)
+    try:
+        env = {**env, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
+               **{k: os.environ[k] for k in ("RAY_AUTH_TOKEN",) if k in os.environ}}
+        task = ray.remote(num_cpus=1, max_retries=0)(_ray_call)
+        calls = {}
+        for run in todo:
+            cmd, log_path = prepare(run)
+            calls[task.remote(cmd, str(log_path), env)] = (run, cmd, log_path)
+        while calls:
+            done, _ = ray.wait(list(calls), num_returns=1)
+            run, cmd, log_path = calls.pop(done[0])
+            try:
+                rc = ray.get(done[0])
+            except ray.exceptions.RayError as exc:  # the task's worker or node died
+                with open(log_path, "a") as log:
+                    log.write(f"\nRay task failed: {exc}\n")
+                rc = -1
+            finish(run, cmd, log_path, rc)
+    finally:
+        if ours:
+            ray.shutdown()
+
+
 def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = None,
-              progress: bool = True) -> dict:
+              progress: bool = True, engine: str = "local", address: str | None = None) -> dict:
     """Run every unfinished run of ``spec`` into ``out_dir``; returns counts.
 
     Args:
         spec: a checked spec (``load_spec``). out_dir: the sweep folder.
-        workers: runs at a time (integer >= 1); each run should use one thread on a small
-            machine. env: extra environment variables for the runs.
+        workers: runs at a time (integer >= 1) with engine "local"; each run should use one
+            thread on a small machine. env: extra environment variables for the runs.
+        engine: "local" (subprocesses, ``workers`` at a time) or "ray" (each run a Ray task of
+            one CPU on the cluster at ``address``, None = ``$RAY_ADDRESS`` or a local one; the
+            sweep folder must be on storage every node sees). Same result files either way.
     Returns:
         {"total", "skipped", "finished", "failed"}.
     """
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if engine not in SWEEP_ENGINES:
+        raise ValueError(f"engine must be one of {list(SWEEP_ENGINES)}, got {engine!r}")
+    if address is not None and engine != "ray":
+        raise ValueError("address needs engine='ray'")
     out = Path(out_dir)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     runs = expand(spec)
@@ -188,14 +234,21 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
     lock = threading.Lock()
     failures = []
 
-    def one(run: RunSpec):
+    def prepare(run: RunSpec):
         run_dir = out / "runs" / run.run_id
-        cmd = _command(spec, run, run_dir)
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         log_path = out / "logs" / f"{run.run_id}.log"
         log_path.parent.mkdir(exist_ok=True)
+        return _command(spec, run, run_dir), log_path
+
+    def one(run: RunSpec):
+        cmd, log_path = prepare(run)
         with open(log_path, "a") as log:
             rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env)
+        finish(run, cmd, log_path, rc)
+
+    def finish(run: RunSpec, cmd, log_path, rc: int):
+        run_dir = out / "runs" / run.run_id
         with lock:
             if rc == 0 and is_done(run_dir):
                 counts["finished"] += 1
@@ -209,8 +262,11 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
     bar = tqdm(total=len(runs), initial=counts["skipped"], desc="sweep", unit="run",
                disable=not progress)
     try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(one, todo))
+        if engine == "ray":
+            _on_ray(todo, prepare, finish, address, run_env)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(one, todo))
     finally:
         bar.close()
         write_results(out, collect(out, runs))
@@ -225,9 +281,15 @@ def main(argv=None) -> int:
     p.add_argument("--spec", required=True, help="sweep spec (YAML)")
     p.add_argument("--out", required=True, help="sweep folder (created; rerun to continue)")
     p.add_argument("--workers", type=int, default=1, help="runs at a time (default 1)")
+    p.add_argument("--engine", choices=SWEEP_ENGINES, default="local",
+                   help="local subprocesses (default) or one Ray task per run")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster address for --engine ray (default $RAY_ADDRESS, else a "
+                        "local cluster)")
     args = p.parse_args(argv)
     try:
-        counts = run_sweep(load_spec(args.spec), args.out, workers=args.workers)
+        counts = run_sweep(load_spec(args.spec), args.out, workers=args.workers,
+                           engine=args.engine, address=args.address)
     except ValueError as exc:
         print(f"llm_experiments sweep: error: {exc}", file=sys.stderr)
         return 2

@@ -13,7 +13,9 @@ For each loss and each mu (the CPU model's measured mu and accounting values):
    ``asymptotic`` (theory.md section 5 with the calibrated constants), ``effective_coupling``
    (the same J with rho replaced by the coupling the buffer realises; a named extension of
    ``replaytheory.calibrate``), ``finite_eta`` (the Theorem's full bound at this batch and
-   budget, section 4, step size optimised).
+   budget, section 4, step size optimised), and theory.md section 10's ``self_correlated``,
+   ``clipping`` and ``reuse_clipping`` (fitted from the ``reuse`` and ``contribution`` probe
+   tables; a calibration without them leaves these variants out, see ``calibrated``).
 3. ``validate``: the sweep's cells are scored by compute to reach the target accuracy (best
    learning rate per cell, median over seeds). Per (mu, loss, variant): the best cell, the
    cell nearest the prediction (on-policy when the prediction is on-policy), the regret (its
@@ -41,11 +43,14 @@ from replaytheory import calibrate, finite_lr_objective, objective
 from replaytheory.analysis import regret, spearman
 from replaytheory.io import write_json
 from replaytheory.probes import UNIT_SEQUENCE, ProbeSet
+from replaytheory.reuse import VARIANTS as REUSE_VARIANTS
+from replaytheory.reuse import objective as reuse_objective
 
-from .paired import GATE_THRESHOLD, TARGET, best_cell, cell_scores, compute_score, gate, kind, measured_mu
+from .cells import GATE_THRESHOLD, TARGET, best_cell, cell_scores, compute_score, gate, kind, measured_mu
 from .results import load_runs
 
-VARIANTS = ("asymptotic", "effective_coupling", "finite_eta")
+# The last three are theory.md section 10's reuse-aware variants (``replaytheory.reuse``).
+VARIANTS = ("asymptotic", "effective_coupling", "finite_eta", *REUSE_VARIANTS)
 ACCOUNTING_MUS = (2.0, 6.84)
 
 
@@ -118,6 +123,14 @@ def predict(cal, variant: str, mu: float, *, batch_size: int, budget: float,
                                        f0=f0, budget=budget)[0]
 
         return Prediction(variant, f.horizon, f.replay_ratio, f.horizon < 1, obj, f.notes)
+    if variant in REUSE_VARIANTS:  # raises ValueError when the run lacks the probe tables
+        d = cal.design(mu, variant=variant)
+        reuse, contribution = cal.reuse_terms(variant)
+        rho, noise = cal.rho(), cal.noise_model()
+        return Prediction(variant, d.horizon, d.replay_ratio, d.regime == "on-policy",
+                          lambda x, y: reuse_objective(x, y, mu=mu, rho=rho, noise=noise,
+                                                       reuse=reuse, contribution=contribution),
+                          d.notes)
     raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
 
 
@@ -127,6 +140,15 @@ def _nearest(cells, x, y):
         return (math.log(c.horizon) - math.log(min(max(x, 1e-9), 1e9))) ** 2 + \
             (math.log(c.replay_ratio) - math.log(min(max(y, 1e-9), 1e9))) ** 2
     return min(cells, key=dist)
+
+
+def calibrated(cal, variant: str) -> bool:
+    """Whether the calibration holds the constants ``variant`` needs: the reuse-aware variants
+    (section 10) need the ``reuse`` / ``contribution`` probe tables, which earlier
+    calibrations (e.g. results/cpu_sweep/calibration) lack; they are then left out."""
+    return variant not in REUSE_VARIANTS or (
+        (cal.reuse is not None or variant == "clipping")
+        and (cal.contribution is not None or variant == "self_correlated"))
 
 
 def validate(curves: str, calibration_dir: str, *, target: float = TARGET,
@@ -151,7 +173,7 @@ def validate(curves: str, calibration_dir: str, *, target: float = TARGET,
             best = best_cell(scores, "min", kinds=("grid", "on_policy"))
             g = gate(grid_runs, compute_score(mu, target), "min")
             budget = steps * (1 + mu)  # the on-policy run's compute, in trainer updates
-            for variant in variants:
+            for variant in [v for v in variants if calibrated(cal, v)]:
                 try:
                     pred = predict(cal, variant, mu, batch_size=batch, budget=budget,
                                    big_l=big_l, f0=f0)

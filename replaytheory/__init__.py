@@ -9,7 +9,7 @@ the calibration of sigma, rho, kappa from probe measurements. numpy + scipy only
 
 from .bound import (BoundConditionError, BoundResult, VarianceTerms, convergence_bound,
                     step_size_limit, variance_terms)
-from .calculator import Config, design_grid, optimal_config
+from .calculator import ReplayRecommendation, design_grid, optimal_config
 from .calibrate import (Calibration, calibrate, check_decomposition, fit_bias, fit_coupling,
                         fit_noise_model)
 from .compute import (compute_ratio, cost_per_update, estimate_mu, expected_replay_ratio,
@@ -26,9 +26,9 @@ from .sim_tabular import TabularProblem
 __version__ = "0.1.0"
 
 __all__ = [
-    "BoundConditionError", "BoundResult", "Calibration", "Config", "ConstantNoise", "Design",
+    "BoundConditionError", "BoundResult", "Calibration", "ConstantNoise", "Design",
     "FiniteLRDesign", "NoiseModel", "PipelineResult", "PowerLawNoise", "QuadraticProblem",
-    "ReplayResult", "TabularProblem", "TabulatedNoise", "VarianceTerms", "calibrate",
+    "ReplayRecommendation", "ReplayResult", "TabularProblem", "TabulatedNoise", "VarianceTerms", "calibrate",
     "check_decomposition", "compute_ratio", "convergence_bound", "cost_per_update",
     "design_grid", "estimate_mu", "expected_replay_ratio", "finite_lr_design",
     "finite_lr_objective", "fit_bias", "fit_coupling", "fit_noise_model", "gamma_table",

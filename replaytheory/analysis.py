@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 from scipy import stats
 
-from . import _validate as v
+from . import checks as v
 
 _BIG = 1e300
 
@@ -51,6 +51,25 @@ def compute_to_target(compute, metric, target: float, interpolate: bool = False)
         return float(c[i])
     frac = (target - m[i - 1]) / (m[i] - m[i - 1])
     return float(c[i - 1] + frac * (c[i] - c[i - 1]))
+
+
+def mean_over_budget(compute, metric, budget: float) -> float:
+    """Mean of ``metric`` over compute in [0, ``budget``]: (1/budget) * integral of the curve.
+
+    The curve is interpolated linearly between logged points; before the first point it takes
+    the first value, and a curve that ends before ``budget`` holds its last value. For an
+    accuracy curve this is the average over budgets up to ``budget`` of the accuracy reached,
+    which equals the average over targets of the compute left after reaching them: a
+    target-free score (higher is better; the primary measure of the resolving sweep,
+    theory.md section 8). ``budget`` > 0, in the compute's units.
+    """
+    c, m = _curve(compute, metric)
+    budget = v.positive("budget", budget)
+    if m.size == 0:
+        return math.nan
+    grid = np.concatenate([[0.0], c[(c > 0) & (c < budget)], [budget]])
+    values = np.interp(grid, c, m)
+    return float(np.trapezoid(values, grid) / budget)
 
 
 def compute_to_fraction_of_best(compute, metric, fraction: float = 0.98) -> float:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import _validate as v
+from . import checks as v
 from .noise import NoiseModel, a3_notes
 
 

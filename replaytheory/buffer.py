@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _validate as v
+from . import checks as v
 from .columns import IdTable, IntRing
 
 SAMPLING_MODES = ("with_replacement", "without_replacement", "never_used_first")

@@ -14,24 +14,28 @@ Every candidate, on-policy training (N = B, each rollout used once) included, is
 exact objective J(x, y) and the smallest wins. The predicted compute saving against on-policy
 training at equal bound is 1 - J/J(1, 1) = 1 - gamma * V/V_on (gamma the compute ratio,
 V/V_on the variance ratio per update).
+
+A measured noise table (``TabulatedNoise``) bounds the horizons searched: x = N/R stays within
+the measured staleness (section 4) unless the table was built with ``extrapolate="hold_last"``,
+as ``optimal_design`` does; the recommendation records the bound and its explanation says it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from . import _validate as v
+from . import checks as v
 from .compute import mu_from_costs
 from .design import ON_POLICY, REPLAY, Design, objective, optimal_design, optimal_horizon
-from .noise import NoiseModel, PowerLawNoise
+from .noise import NoiseModel, PowerLawNoise, TabulatedNoise
 
 
 @dataclass(frozen=True)
-class Config:
-    """A concrete replay configuration and its predicted effect.
+class ReplayRecommendation:
+    """A concrete replay configuration (N, B, R and a W/T split) and its predicted effect.
 
     Attributes:
         buffer_size: N, rollouts kept (FIFO). batch_size: B, rollouts per update.
@@ -39,12 +43,18 @@ class Config:
         workers, trainers: W and T (None for a synchronous design without a GPU count).
         horizon: x = N/R, staleness horizon in steps. replay_ratio: y = B/R, average uses.
         compute_ratio: gamma, cost per update over an on-policy update, (1 + W/T)/(1 + mu) or
-            (1 + mu/y)/(1 + mu) synchronously; 1 for on-policy training.
+            (1 + mu/y)/(1 + mu) synchronously; 1 for on-policy training (section 3).
         variance_ratio: gradient variance per update over on-policy's (model prediction).
         predicted_saving: 1 - J/J(1, 1): predicted share of compute saved against on-policy
-            training to reach the same convergence bound (negative: more compute).
-        regime: "on-policy" or "replay". steps: updates the budget affords (if given).
-        explanation: a short human summary. notes: caveats. design: the continuous optimum.
+            training to reach the same convergence bound (negative: more compute; section 5).
+        regime: "on-policy" or "replay". mu, rho: the inputs (mu > 0, rho in [0, 1]).
+        steps: updates the budget affords (None without a budget).
+        horizon_limit: the longest horizon x searched, in steps: ``max_horizon``, or the noise
+            table's ``measured_horizon`` when that is shorter and the table is not
+            extrapolated.
+        measured_horizon: longest horizon (steps) the noise measurements cover (largest
+            measured staleness + 1); None for a parametric noise model.
+        explanation: a short human summary. design: the continuous optimum. notes: caveats.
     """
 
     buffer_size: int
@@ -61,6 +71,8 @@ class Config:
     mu: float
     rho: float
     steps: float | None
+    horizon_limit: float
+    measured_horizon: float | None
     explanation: str
     design: Design
     notes: tuple[str, ...] = field(default=())
@@ -74,6 +86,74 @@ class Config:
         d["notes"] = list(self.notes)
         d["design"] = self.design.to_dict()
         return d
+
+
+@dataclass(frozen=True)
+class _Request:
+    """The checked arguments of ``optimal_config``."""
+
+    mu: float
+    rho: float
+    noise: NoiseModel
+    batches: list[int]
+    gpus: int | None
+    trainers: int | None
+    divisible_by_trainers: bool
+    budget: float | None
+    min_steps: int | None
+    buffer_cap: float  # max_buffer_size, inf if none
+    max_buffer_size: int | None
+    max_horizon: float
+
+    @property
+    def table_limit(self) -> float:
+        """Longest horizon the noise model allows a design to use (inf: no limit)."""
+        return float(getattr(self.noise, "max_horizon", math.inf))
+
+    @property
+    def horizon_limit(self) -> float:
+        """Longest horizon searched (steps): ``max_horizon`` within the table's limit."""
+        return min(self.max_horizon, self.table_limit)
+
+    def steps_for(self, cost_per_update: float) -> float | None:
+        """Updates the budget affords at this cost (trainer-update units), None if no budget."""
+        return None if self.budget is None else self.budget / cost_per_update
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """One integer configuration and its score J(N/R, B/R) (section 5)."""
+
+    objective: float
+    buffer_size: int
+    batch_size: int
+    rollouts_per_step: float
+    workers: int | None
+    trainers: int | None
+    cost: float  # compute per update in trainer-update units (section 3)
+
+    @property
+    def horizon(self) -> float:
+        """x = N/R in steps."""
+        return self.buffer_size / self.rollouts_per_step
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """The regime-dependent part of a ``ReplayRecommendation`` (same names and meaning)."""
+
+    buffer_size: int
+    batch_size: int
+    rollouts_per_step: float
+    workers: int | None
+    trainers: int | None
+    horizon: float
+    replay_ratio: float
+    compute_ratio: float
+    variance_ratio: float
+    predicted_saving: float
+    regime: str
+    steps: float | None
 
 
 def _batch_candidates(batch_size) -> list[int]:
@@ -100,13 +180,197 @@ def _round_up(value: int, step: int) -> int:
     return -(-value // step) * step
 
 
+def _resolve_mu(mu, generation_cost, train_cost) -> float:
+    """mu from itself or from the two raw costs (section 3), checked > 0."""
+    if mu is None:
+        if generation_cost is None or train_cost is None:
+            raise ValueError("give mu, or both generation_cost and train_cost")
+        mu = mu_from_costs(generation_cost, train_cost)
+    elif generation_cost is not None or train_cost is not None:
+        raise ValueError("give either mu or (generation_cost, train_cost), not both")
+    return v.positive("mu", mu)
+
+
+def _resolve_noise(noise, alpha, tau) -> NoiseModel:
+    if noise is None:
+        if alpha is None:
+            raise ValueError("give a noise model (noise=...) or the power-law alpha (>= 0)")
+        return PowerLawNoise(alpha=alpha, tau=tau)
+    if alpha is not None:
+        raise ValueError("give either noise or alpha, not both")
+    return noise
+
+
+def _check_max_buffer(max_buffer_size, batches) -> int | None:
+    if max_buffer_size is None:
+        return None
+    max_buffer_size = v.integer("max_buffer_size", max_buffer_size, 1)
+    if max_buffer_size < min(batches):
+        raise ValueError(f"max_buffer_size must be >= batch_size ({min(batches)}): a batch "
+                         f"is drawn from the buffer; got {max_buffer_size}")
+    return max_buffer_size
+
+
+def _check_split(gpus, trainers) -> tuple[int | None, int | None]:
+    if gpus is not None:
+        gpus = v.integer("gpus", gpus, 2)
+        if trainers is not None:
+            trainers = v.integer("trainers", trainers, 1, gpus - 1)
+    elif trainers is not None:
+        raise ValueError("trainers needs gpus (the GPU count to split)")
+    return gpus, trainers
+
+
+def _check_budget(budget, min_steps) -> tuple[float | None, int | None]:
+    if min_steps is not None:
+        min_steps = v.integer("min_steps", min_steps, 1)
+        if budget is None:
+            raise ValueError("min_steps needs budget (total compute in trainer updates)")
+    if budget is not None:
+        budget = v.positive("budget", budget)
+    return budget, min_steps
+
+
+class _Scorer:
+    """J(x, y) and the best horizon at a given replay ratio for one request (section 5)."""
+
+    def __init__(self, req: _Request, design: Design):
+        self.req, self.design, self.average = req, design, design.average
+        self._horizons: dict[float, float] = {}
+
+    def score(self, x: float, y: float) -> float:
+        r = self.req
+        return float(objective(x, y, mu=r.mu, rho=r.rho, noise=r.noise, average=self.average))
+
+    def horizon_at(self, y: float) -> float:
+        """Best x for this replay ratio (the split or R fixes y), capped by the horizon limit."""
+        if y not in self._horizons:
+            r, limit = self.req, self.req.horizon_limit
+            self._horizons[y] = min(optimal_horizon(y, mu=r.mu, rho=r.rho, noise=r.noise,
+                                                    average=self.average, x_max=limit), limit)
+        return self._horizons[y]
+
+
+def _candidates_sync(req: _Request, scorer: _Scorer) -> list[_Candidate]:
+    """Integer (N, B, R) around the continuous optimum, R new rollouts every step."""
+    out = []
+    limit, y_star = req.horizon_limit, scorer.design.replay_ratio
+    for b in req.batches:
+        r_target = b / y_star if y_star > 0 else b
+        for r in _near_ints(r_target, 1, 10 * b) | {b}:
+            n_lo = max(b, r)
+            n_hi = min(req.buffer_cap, limit * r)
+            if n_lo > req.buffer_cap:
+                continue
+            for n in _near_ints(scorer.horizon_at(b / r) * r, n_lo, max(n_hi, n_lo)) | {n_lo}:
+                out.append(_Candidate(scorer.score(n / r, b / r), n, b, float(r), None, None,
+                                      1 + req.mu * r / b))
+    return out
+
+
+def _candidates_async(req: _Request, scorer: _Scorer) -> list[_Candidate]:
+    """Integer (N, B) for each W/T split, whose replay ratio is y = mu T / W (section 3)."""
+    out = []
+    limit = req.horizon_limit
+    splits = [req.trainers] if req.trainers is not None else range(1, req.gpus)
+    for t in splits:
+        w = req.gpus - t
+        y = req.mu * t / w
+        step = t if req.divisible_by_trainers else 1
+        for b in req.batches:
+            if b % step:
+                continue
+            r = b / y
+            n_lo = _round_up(b, step)
+            if n_lo > req.buffer_cap:
+                continue
+            n_hi = max(min(req.buffer_cap, limit * r), n_lo)
+            for n in _near_ints(scorer.horizon_at(y) * r, n_lo, n_hi, step) | {n_lo}:
+                out.append(_Candidate(scorer.score(n / r, y), n, b, r, w, t, 1 + w / t))
+    return out
+
+
+def _best_candidate(req: _Request, candidates: list[_Candidate],
+                    notes: list[str]) -> _Candidate | None:
+    """The lowest-J candidate inside the noise table and the budget; None if none is left."""
+    if not candidates:
+        raise ValueError("no configuration satisfies the constraints: check that batch_size "
+                         "has a value divisible by the number of trainers and that "
+                         "max_buffer_size >= batch_size")
+    if math.isfinite(req.table_limit):
+        # N >= B can force x = N/R past the table (y > its range): such a design would rest
+        # on unmeasured staleness, so it is dropped rather than capped.
+        candidates = [c for c in candidates if c.horizon <= req.table_limit * (1 + 1e-12)]
+        if not candidates:
+            notes.append(f"no replay configuration under the constraints keeps the horizon "
+                         f"N/R within the measured noise table ({req.table_limit:g} steps)")
+            return None
+    if req.min_steps is not None:
+        candidates = [c for c in candidates if req.steps_for(c.cost) >= req.min_steps]
+        if not candidates:
+            raise ValueError(f"no replay configuration affords min_steps = {req.min_steps} "
+                             f"updates with budget = {req.budget:g}")
+    return min(candidates, key=lambda c: c.objective)
+
+
+def _on_policy_split(req: _Request) -> tuple[int, int | None, int | None]:
+    """(B, W, T) without a buffer: the split with W/T closest to mu (section 3)."""
+    b = req.batches[0]
+    if req.gpus is None:
+        return b, None, None
+    options = [req.trainers] if req.trainers is not None else range(1, req.gpus)
+    t = min((tt for tt in options
+             if not req.divisible_by_trainers or any(bb % tt == 0 for bb in req.batches)),
+            key=lambda tt: abs((req.gpus - tt) / tt - req.mu), default=None)
+    if t is None:
+        raise ValueError("no split has a batch_size divisible by its trainer count")
+    if req.divisible_by_trainers:
+        b = next(bb for bb in req.batches if bb % t == 0)
+    return b, req.gpus - t, t
+
+
+def _on_policy(req: _Request, design: Design, notes: list[str]) -> _Outcome:
+    """Fields of the on-policy answer: N = B = R, every rollout used once, no buffer."""
+    b, w, t = _on_policy_split(req)
+    if design.regime == REPLAY:
+        notes.append("no integer configuration under the constraints beats on-policy "
+                     "training, although the continuous optimum is a replay design")
+    return _Outcome(buffer_size=b, batch_size=b, rollouts_per_step=float(b), workers=w,
+                    trainers=t, horizon=1.0, replay_ratio=1.0, compute_ratio=1.0,
+                    variance_ratio=1.0, predicted_saving=0.0, regime=ON_POLICY,
+                    steps=req.steps_for(1 + req.mu))
+
+
+def _replay(req: _Request, design: Design, best: _Candidate, notes: list[str]) -> _Outcome:
+    """Fields of a replay answer; gamma = cost / (1 + mu) (section 3), 1 - J/J(1, 1)
+    the saving (section 5)."""
+    j_ratio = best.objective / design.on_policy_objective
+    x = best.horizon
+    gamma = best.cost / (1 + req.mu)
+    steps = req.steps_for(best.cost)
+    if math.isinf(design.horizon) or design.horizon > req.max_horizon:
+        notes.append(f"horizon capped at max_horizon = {req.max_horizon:g} steps")
+    if req.max_buffer_size is not None and best.buffer_size == req.max_buffer_size:
+        notes.append("buffer size capped at max_buffer_size")
+    if steps is not None and x > steps / 10:
+        notes.append("the horizon is not small against the number of updates: the "
+                     "asymptotic design is only indicative")
+    return _Outcome(buffer_size=best.buffer_size, batch_size=best.batch_size,
+                    rollouts_per_step=best.rollouts_per_step, workers=best.workers,
+                    trainers=best.trainers, horizon=x,
+                    replay_ratio=best.batch_size / best.rollouts_per_step,
+                    compute_ratio=gamma, variance_ratio=j_ratio / gamma,
+                    predicted_saving=1 - j_ratio, regime=REPLAY, steps=steps)
+
+
 def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel | None = None,
                    *, alpha: float | None = None, tau: float = 1.0,
                    generation_cost: float | None = None, train_cost: float | None = None,
                    gpus: int | None = None, trainers: int | None = None, batch_size=60,
                    divisible_by_trainers: bool = True, budget: float | None = None,
                    min_steps: int | None = None, max_buffer_size: int | None = None,
-                   max_horizon: float = 1000.0, average: str | None = None) -> Config:
+                   max_horizon: float = 1000.0,
+                   average: str | None = None) -> ReplayRecommendation:
     """The replay configuration the theory recommends for your costs and noise (section 5).
 
     Args:
@@ -114,7 +378,8 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
             ``generation_cost`` and ``train_cost`` (same unit, each > 0) instead.
         rho: coupling coefficient of buffer samples, in [0, 1].
         noise: a staleness-noise model; or give ``alpha`` >= 0 (and ``tau`` > 0) for the power
-            law sigma(s) = (s/tau)^alpha.
+            law sigma(s) = (s/tau)^alpha. A ``TabulatedNoise`` keeps the horizon within its
+            measured range unless built with ``extrapolate="hold_last"``.
         gpus: GPUs to split into workers and trainers (integer >= 2), or None for the
             synchronous design (integer R new rollouts per step).
         trainers: fix T (1 <= T < gpus) instead of searching every split.
@@ -127,146 +392,40 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
         average: sigma_bar^2 average ("discrete"/"continuous"), the model's default if None.
 
     Returns:
-        A frozen ``Config``. On-policy (N = B, each rollout used once) is a first-class answer.
+        A frozen ``ReplayRecommendation``. On-policy (N = B, each rollout used once) is a
+        first-class answer.
     Raises:
         ValueError: an argument outside its range (the message names it), or no
             configuration satisfies the constraints.
     """
-    if mu is None:
-        if generation_cost is None or train_cost is None:
-            raise ValueError("give mu, or both generation_cost and train_cost")
-        mu = mu_from_costs(generation_cost, train_cost)
-    elif generation_cost is not None or train_cost is not None:
-        raise ValueError("give either mu or (generation_cost, train_cost), not both")
-    mu = v.positive("mu", mu)
+    mu = _resolve_mu(mu, generation_cost, train_cost)
     rho = v.unit_interval("rho", rho)
-    if noise is None:
-        if alpha is None:
-            raise ValueError("give a noise model (noise=...) or the power-law alpha (>= 0)")
-        noise = PowerLawNoise(alpha=alpha, tau=tau)
-    elif alpha is not None:
-        raise ValueError("give either noise or alpha, not both")
+    noise = _resolve_noise(noise, alpha, tau)
     batches = _batch_candidates(batch_size)
     max_horizon = v.real("max_horizon", max_horizon, 1.0, math.inf, lo_open=True)
-    if max_buffer_size is not None:
-        max_buffer_size = v.integer("max_buffer_size", max_buffer_size, 1)
-        if max_buffer_size < min(batches):
-            raise ValueError(f"max_buffer_size must be >= batch_size ({min(batches)}): a batch "
-                             f"is drawn from the buffer; got {max_buffer_size}")
-    n_cap = max_buffer_size if max_buffer_size is not None else math.inf
-    if gpus is not None:
-        gpus = v.integer("gpus", gpus, 2)
-        if trainers is not None:
-            trainers = v.integer("trainers", trainers, 1, gpus - 1)
-    elif trainers is not None:
-        raise ValueError("trainers needs gpus (the GPU count to split)")
-    if min_steps is not None:
-        min_steps = v.integer("min_steps", min_steps, 1)
-        if budget is None:
-            raise ValueError("min_steps needs budget (total compute in trainer updates)")
-    if budget is not None:
-        budget = v.positive("budget", budget)
-
+    max_buffer_size = _check_max_buffer(max_buffer_size, batches)
+    gpus, trainers = _check_split(gpus, trainers)
+    budget, min_steps = _check_budget(budget, min_steps)
+    req = _Request(mu=mu, rho=rho, noise=noise, batches=batches, gpus=gpus, trainers=trainers,
+                   divisible_by_trainers=divisible_by_trainers, budget=budget,
+                   min_steps=min_steps, max_buffer_size=max_buffer_size,
+                   buffer_cap=math.inf if max_buffer_size is None else max_buffer_size,
+                   max_horizon=max_horizon)
     design = optimal_design(mu, rho, noise, average=average)
-    avg = design.average
+    scorer = _Scorer(req, design)
+    candidates = (_candidates_sync if gpus is None else _candidates_async)(req, scorer)
     notes = list(design.notes)
-    j_on = design.on_policy_objective
-
-    def score(x, y):
-        return float(objective(x, y, mu=mu, rho=rho, noise=noise, average=avg))
-
-    def steps_for(cost_per_update):
-        return None if budget is None else budget / cost_per_update
-
-    horizon_cache: dict[float, float] = {}
-
-    def horizon_at(y):
-        """Best x for this replay ratio (the split or R fixes y), capped by max_horizon."""
-        if y not in horizon_cache:
-            horizon_cache[y] = min(optimal_horizon(y, mu=mu, rho=rho, noise=noise,
-                                                   average=avg, x_max=max_horizon), max_horizon)
-        return horizon_cache[y]
-
-    # Each candidate: (J, N, B, R, W, T, cost per update).
-    candidates = []
-    if gpus is None:
-        for b in batches:
-            r_target = b / design.replay_ratio if design.replay_ratio > 0 else b
-            for r in _near_ints(r_target, 1, 10 * b) | {b}:
-                n_lo = max(b, r)
-                n_hi = min(n_cap, max_horizon * r)
-                if n_lo > n_cap:
-                    continue
-                for n in _near_ints(horizon_at(b / r) * r, n_lo, max(n_hi, n_lo)) | {n_lo}:
-                    candidates.append((score(n / r, b / r), n, b, float(r), None, None,
-                                       1 + mu * r / b))
+    best = _best_candidate(req, candidates, notes)
+    if best is None or best.objective >= design.on_policy_objective \
+            or design.regime == ON_POLICY:
+        outcome = _on_policy(req, design, notes)
     else:
-        splits = [trainers] if trainers is not None else range(1, gpus)
-        for t in splits:
-            w = gpus - t
-            y = mu * t / w
-            step = t if divisible_by_trainers else 1
-            for b in batches:
-                if b % step:
-                    continue
-                r = b / y
-                n_lo = _round_up(b, step)
-                if n_lo > n_cap:
-                    continue
-                n_hi = max(min(n_cap, max_horizon * r), n_lo)
-                for n in _near_ints(horizon_at(y) * r, n_lo, n_hi, step) | {n_lo}:
-                    candidates.append((score(n / r, y), n, b, r, w, t, 1 + w / t))
-    if not candidates:
-        raise ValueError("no configuration satisfies the constraints: check that batch_size "
-                         "has a value divisible by the number of trainers and that "
-                         "max_buffer_size >= batch_size")
-    if min_steps is not None:
-        candidates = [c for c in candidates if steps_for(c[6]) >= min_steps]
-        if not candidates:
-            raise ValueError(f"no replay configuration affords min_steps = {min_steps} "
-                             f"updates with budget = {budget:g}")
-
-    best = min(candidates, key=lambda c: c[0])
-    if best[0] >= j_on or design.regime == ON_POLICY:
-        # On-policy: N = B = R, every rollout used once, no buffer; ideal split W/T ~ mu.
-        b = batches[0]
-        w = t = None
-        if gpus is not None:
-            t_opts = [trainers] if trainers is not None else range(1, gpus)
-            t = min((tt for tt in t_opts
-                     if not divisible_by_trainers or any(bb % tt == 0 for bb in batches)),
-                    key=lambda tt: abs((gpus - tt) / tt - mu), default=None)
-            if t is None:
-                raise ValueError("no split has a batch_size divisible by its trainer count")
-            w = gpus - t
-            if divisible_by_trainers:
-                b = next(bb for bb in batches if bb % t == 0)
-        cfg = dict(n=b, b=b, r=float(b), w=w, t=t, x=1.0, y=1.0, gamma=1.0, var_ratio=1.0,
-                   saving=0.0, regime=ON_POLICY, steps=steps_for(1 + mu))
-        if design.regime == REPLAY:
-            notes.append("no integer configuration under the constraints beats on-policy "
-                         "training, although the continuous optimum is a replay design")
-    else:
-        j, n, b, r, w, t, cost = best
-        x, y = n / r, b / r
-        gamma = cost / (1 + mu)
-        cfg = dict(n=n, b=b, r=r, w=w, t=t, x=x, y=y, gamma=gamma,
-                   var_ratio=(j / j_on) / gamma, saving=1 - j / j_on, regime=REPLAY,
-                   steps=steps_for(cost))
-        if math.isinf(design.horizon) or design.horizon > max_horizon:
-            notes.append(f"horizon capped at max_horizon = {max_horizon:g} steps")
-        if max_buffer_size is not None and n == max_buffer_size:
-            notes.append("buffer size capped at max_buffer_size")
-        if cfg["steps"] is not None and x > cfg["steps"] / 10:
-            notes.append("the horizon is not small against the number of updates: the "
-                         "asymptotic design is only indicative")
-    return Config(buffer_size=int(cfg["n"]), batch_size=int(cfg["b"]),
-                  rollouts_per_step=float(cfg["r"]), workers=cfg["w"], trainers=cfg["t"],
-                  horizon=float(cfg["x"]), replay_ratio=float(cfg["y"]),
-                  compute_ratio=float(cfg["gamma"]), variance_ratio=float(cfg["var_ratio"]),
-                  predicted_saving=float(cfg["saving"]), regime=cfg["regime"], mu=mu, rho=rho,
-                  steps=cfg["steps"], explanation=_explain(cfg, mu, rho, noise, gpus),
-                  design=design, notes=tuple(notes))
+        outcome = _replay(req, design, best, notes)
+    measured = noise.measured_horizon if isinstance(noise, TabulatedNoise) else None
+    rec = ReplayRecommendation(**asdict(outcome), mu=mu, rho=rho,
+                               horizon_limit=req.horizon_limit, measured_horizon=measured,
+                               explanation="", design=design, notes=tuple(notes))
+    return replace(rec, explanation=_explain(rec, noise, gpus))
 
 
 def _describe_noise(noise) -> str:
@@ -278,25 +437,42 @@ def _describe_noise(noise) -> str:
     return f"a measured noise table ({len(d['staleness'])} staleness values)"
 
 
-def _explain(cfg, mu, rho, noise, gpus) -> str:
-    head = (f"Generating a batch costs mu = {mu:.3g} trainer updates; {_describe_noise(noise)},"
-            f" coupling rho = {rho:g}.")
+def _explain_range(rec: ReplayRecommendation, noise) -> str:
+    """How the horizon search treated the noise table's measured range (empty if no table)."""
+    if not isinstance(noise, TabulatedNoise):
+        return ""
+    s_max = float(noise.staleness[-1])
+    if noise.extrapolate == "none":
+        return (f" The noise table covers staleness up to {s_max:g} steps, so horizons past "
+                f"{rec.measured_horizon:g} steps were not considered (extrapolate='hold_last' "
+                f"searches further, holding sigma^2 at its last measured value).")
+    where = "beyond" if rec.horizon > rec.measured_horizon else "within"
+    return (f" Past staleness {s_max:g} steps the noise table is extrapolated by holding "
+            f"sigma^2 at its last measured value ({float(noise.sigma2_values[-1]):.3g}); the "
+            f"recommended horizon of {rec.horizon:.3g} steps is {where} the measured range.")
+
+
+def _explain(rec: ReplayRecommendation, noise, gpus) -> str:
+    head = (f"Generating a batch costs mu = {rec.mu:.3g} trainer updates; "
+            f"{_describe_noise(noise)}, coupling rho = {rec.rho:g}.")
     split = ""
-    if cfg["w"] is not None:
-        split = (f" Split the {gpus} GPUs into {cfg['w']} worker{'s' * (cfg['w'] > 1)} and "
-                 f"{cfg['t']} trainer{'s' * (cfg['t'] > 1)}.")
-    if cfg["regime"] == ON_POLICY:
-        return (f"{head} Stay on-policy: no buffer (N = B = {cfg['b']}), each rollout used "
-                f"once.{split} The model predicts no compute saving from replay here.")
-    saving = cfg["saving"]
+    if rec.workers is not None:
+        split = (f" Split the {gpus} GPUs into {rec.workers} worker{'s' * (rec.workers > 1)} "
+                 f"and {rec.trainers} trainer{'s' * (rec.trainers > 1)}.")
+    if rec.on_policy:
+        return (f"{head} Stay on-policy: no buffer (N = B = {rec.batch_size}), each rollout "
+                f"used once.{split} The model predicts no compute saving from replay here."
+                f"{_explain_range(rec, noise)}")
+    saving = rec.predicted_saving
     verdict = (f"predicted compute to reach the same loss bound: {100 * saving:.0f}% less "
                f"than on-policy" if saving >= 0 else
                f"predicted {100 * -saving:.0f}% more compute than on-policy")
-    return (f"{head} Keep a FIFO buffer of the last {cfg['n']} rollouts "
-            f"({cfg['x']:.3g} steps of generation) and train on batches of {cfg['b']} "
-            f"with {cfg['r']:.3g} new rollouts per step, so each rollout is used about "
-            f"{cfg['y']:.3g} times.{split} An update costs {cfg['gamma']:.2f} of an on-policy "
-            f"update and is {cfg['var_ratio']:.2f}x as noisy; {verdict}.")
+    return (f"{head} Keep a FIFO buffer of the last {rec.buffer_size} rollouts "
+            f"({rec.horizon:.3g} steps of generation) and train on batches of {rec.batch_size} "
+            f"with {rec.rollouts_per_step:.3g} new rollouts per step, so each rollout is used "
+            f"about {rec.replay_ratio:.3g} times.{split} An update costs "
+            f"{rec.compute_ratio:.2f} of an on-policy update and is {rec.variance_ratio:.2f}x "
+            f"as noisy; {verdict}.{_explain_range(rec, noise)}")
 
 
 def design_grid(mus, alphas, rho: float, *, average: str | None = None) -> dict:

@@ -14,7 +14,10 @@ import sys
 from .calculator import optimal_config
 from .compute import PAPER_GAMMA_TABLES, PAPER_SPLITS, gamma_table
 from .design import optimal_design
-from .noise import PowerLawNoise, TabulatedNoise
+from .noise import EXTRAPOLATIONS, PowerLawNoise, TabulatedNoise
+
+NOISE_TABLE_FORMAT = ('JSON {"staleness": [...], "sigma2": [...]} (optional "counts") or CSV '
+                      'with columns staleness,sigma2')
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,8 +30,12 @@ def _noise_args(p):
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--alpha", type=float, help="power-law exponent of sigma(s) = (s/tau)^alpha")
     g.add_argument("--noise-table", metavar="FILE",
-                   help="measured noise: JSON {\"staleness\": [...], \"sigma2\": [...]} or a "
-                        "CSV with columns staleness,sigma2")
+                   help=f"measured noise: {NOISE_TABLE_FORMAT}. Horizons stay within the "
+                        f"measured staleness unless --extrapolate says otherwise")
+    p.add_argument("--extrapolate", choices=EXTRAPOLATIONS, default="none",
+                   help="beyond the noise table's largest staleness: none (default, horizons "
+                        "stay inside the table) or hold_last (sigma^2 held at its last "
+                        "measured value, horizons up to --max-horizon)")
     p.add_argument("--tau", type=float, default=1.0, help="power-law staleness scale (steps)")
     p.add_argument("--average", choices=("discrete", "continuous"),
                    help="sigma_bar^2 average (default: the model's own)")
@@ -41,28 +48,54 @@ def _mu_args(p):
                    help="raw costs: generating one batch of rollouts, one trainer update")
 
 
-def _load_table(path: str) -> TabulatedNoise:
+def _read_table(path: str) -> tuple[list, list, list | None]:
+    """(staleness, sigma2, counts) from a noise-table file; ValueError says what is wrong."""
     try:
-        with open(path) as fh:
+        with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as exc:
-        raise ValueError(f"noise-table: cannot read {path!r}: {exc.strerror}") from None
-    if path.endswith(".json"):
-        d = json.loads(text)
-        return TabulatedNoise(d["staleness"], d["sigma2"], d.get("counts"))
+        raise ValueError(f"cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ValueError("it is not UTF-8 text") from None
+    if path.endswith(".json") or text.lstrip().startswith(("{", "[")):
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"invalid JSON ({exc.msg} at line {exc.lineno} column "
+                             f"{exc.colno})") from None
+        except RecursionError:
+            raise ValueError("invalid JSON (nested too deeply)") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"the JSON holds a {type(d).__name__}, not an object")
+        missing = [k for k in ("staleness", "sigma2") if k not in d]
+        if missing:
+            raise ValueError(f"the JSON object has no {' or '.join(map(repr, missing))} key")
+        return d["staleness"], d["sigma2"], d.get("counts")
     rows = [line.split(",") for line in text.strip().splitlines() if line.strip()]
     if rows and rows[0][0].strip() == "staleness":
         rows = rows[1:]
     try:
-        return TabulatedNoise([float(r[0]) for r in rows], [float(r[1]) for r in rows])
+        return [float(r[0]) for r in rows], [float(r[1]) for r in rows], None
     except (IndexError, ValueError):
-        raise ValueError(f"noise-table: {path!r} must have two numeric columns "
-                         f"staleness,sigma2") from None
+        raise ValueError("a row is not two numbers staleness,sigma2") from None
+
+
+def _load_table(path: str, extrapolate: str) -> TabulatedNoise:
+    """The --noise-table file as a ``TabulatedNoise``; any fault is one ValueError line."""
+    try:
+        staleness, sigma2, counts = _read_table(path)
+        return TabulatedNoise(staleness, sigma2, counts, extrapolate)
+    except ValueError as exc:
+        raise ValueError(f"--noise-table {path!r}: {exc}; expected {NOISE_TABLE_FORMAT}") \
+            from None
 
 
 def _noise(args):
     if args.noise_table:
-        return _load_table(args.noise_table)
+        return _load_table(args.noise_table, args.extrapolate)
+    if args.extrapolate != "none":
+        raise ValueError("--extrapolate applies to a --noise-table only (the power law is "
+                         "defined at every staleness)")
     return PowerLawNoise(alpha=args.alpha, tau=args.tau)
 
 
@@ -103,7 +136,10 @@ def _cmd_optimal(args) -> int:
             ("compute_ratio gamma", cfg.compute_ratio), ("variance_ratio", cfg.variance_ratio),
             ("predicted_saving", cfg.predicted_saving),
             ("continuous optimum x*", cfg.design.horizon),
-            ("continuous optimum y*", cfg.design.replay_ratio)]
+            ("continuous optimum y*", cfg.design.replay_ratio),
+            ("horizon limit (steps)", cfg.horizon_limit)]
+    if cfg.measured_horizon is not None:
+        rows.append(("measured noise up to (steps)", cfg.measured_horizon))
     if cfg.steps is not None:
         rows.append(("steps in budget", cfg.steps))
     print("Recommended replay configuration")
@@ -116,7 +152,8 @@ def _cmd_optimal(args) -> int:
 
 
 def _cmd_design(args) -> int:
-    d = optimal_design(_mu(args), args.rho, _noise(args), average=args.average)
+    noise = _noise(args)
+    d = optimal_design(_mu(args), args.rho, noise, average=args.average)
     if args.json:
         print(json.dumps(d.to_dict(), indent=2))
         return 0
@@ -127,6 +164,9 @@ def _cmd_design(args) -> int:
                   ("average", d.average)]))
     for note in d.notes:
         print(f"note: {note}")
+    if isinstance(noise, TabulatedNoise) and noise.extrapolate == "hold_last":
+        print(f"note: extrapolated: past staleness {noise.staleness[-1]:g} steps sigma^2 is "
+              f"held at its last measured value ({noise.sigma2_values[-1]:.3g})")
     return 0
 
 
@@ -163,9 +203,9 @@ def _cmd_validate_sim(args) -> int:
     from .validate_sim import preset, run_validation
 
     settings = replace(preset(args.preset), seed=args.seed)
-    records = run_validation(args.out, settings, figures=not args.no_figures,
-                             log=lambda msg: print(msg, flush=True))
-    print(f"wrote {len(records)} records to {args.out}/summary.json")
+    results = run_validation(args.out, settings, log=lambda msg: print(msg, flush=True))
+    print(f"wrote {len(results.records)} records to {args.out}/summary.json")
+    print(f"figures: python -m figures.sim_validation {args.out} --out FIGURE_DIR")
     return 0
 
 
@@ -202,12 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_cmd_gamma)
 
     s = sub.add_parser("validate-sim", help="simulate, calibrate and check the predicted "
-                                            "optimum (issue 3)")
+                                            "optimum")
     s.add_argument("--out", required=True, metavar="DIR", help="output folder")
     s.add_argument("--preset", choices=("tiny", "small", "full"), default="small",
                    help="simulation size: small (default, minutes on 2 cores), full, tiny")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--no-figures", action="store_true", help="skip the figures")
     s.set_defaults(func=_cmd_validate_sim)
     return p
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _validate as v
+from . import checks as v
 
 # The paper's printed gamma tables (theory.md section 3): splits (W, T) and printed values.
 PAPER_SPLITS: tuple[tuple[int, int], ...] = ((7, 1), (6, 2), (5, 3), (4, 4), (2, 6), (1, 7))

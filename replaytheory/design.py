@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize
 
-from . import _validate as v
+from . import checks as v
 from .bound import BoundResult, bound_value, convergence_bound, step_size_limit
 from .noise import NoiseModel, PowerLawNoise, a3_notes
 

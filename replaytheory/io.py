@@ -30,17 +30,22 @@ def atomic_write(path: str, write: Callable, binary: bool = False) -> None:
 
 def write_json(path: str, obj, indent: int | None = 2) -> None:
     """Write ``obj`` as JSON atomically (non-finite floats become null)."""
-    text = json.dumps(_finite(obj), indent=indent, default=_default)
+    text = json.dumps(nonfinite_to_none(obj), indent=indent, default=_default)
     atomic_write(path, lambda fh: fh.write(text + "\n"))
 
 
-def _finite(obj):
+def nonfinite_to_none(obj):
+    """``obj`` with every nan or infinite float replaced by None (JSON has no nan or inf).
+
+    Dicts, lists and tuples are copied recursively (tuples become lists); other values are
+    returned unchanged, so numpy scalars and arrays are left to the JSON encoder.
+    """
     if isinstance(obj, float):
         return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: nonfinite_to_none(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [nonfinite_to_none(v) for v in obj]
     return obj
 
 

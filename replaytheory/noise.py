@@ -27,9 +27,12 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from scipy.special import zeta
 
-from . import _validate as v
+from . import checks as v
 
 AVERAGES = ("discrete", "continuous")
+# How a TabulatedNoise may be used beyond its largest measured staleness: not at all, or with
+# sigma^2 held at its last measured value.
+EXTRAPOLATIONS = ("none", "hold_last")
 # Below this many terms the discrete power-law sum is summed exactly; above, Euler-Maclaurin
 # with the zeta constant (relative error < 1e-13 there).
 _EXACT_SUM_TERMS = 4096
@@ -188,21 +191,26 @@ class TabulatedNoise:
     """Empirical sigma^2(s) from measured (staleness, squared noise) pairs (section 4).
 
     sigma^2 is linearly interpolated between the tabulated staleness values and held constant
-    outside them. A measurement says nothing about staleness beyond the table, so the
-    optimal design searches horizons only up to ``max_horizon`` = largest staleness + 1 (the
-    horizon whose oldest sample has the largest measured staleness) and says so when the
-    optimum sits there. A table that decreases somewhere is accepted; ``satisfies_a3`` is then
-    False and results say so.
+    outside them. A measurement says nothing about staleness beyond the table, so by default
+    (``extrapolate="none"``) every horizon search (``optimal_design``, ``optimal_config``)
+    stops at ``max_horizon`` = ``measured_horizon`` = largest staleness + 1 (the horizon whose
+    oldest sample has the largest measured staleness) and says so when the optimum sits there.
+    ``extrapolate="hold_last"`` is the explicit opt-in to search longer horizons, taking
+    sigma^2 beyond the table to equal its last measured value. A table that decreases
+    somewhere is accepted; ``satisfies_a3`` is then False and results say so.
 
     Args:
         staleness: strictly increasing staleness values in steps, each >= 0; at least 1.
         sigma2: squared noise norms measured at those staleness values, each >= 0, not all 0.
         counts: optional number of samples behind each value (kept for reporting).
+        extrapolate: one of ``EXTRAPOLATIONS``: "none" (horizon searches stay inside the
+            measured range) or "hold_last" (beyond it, sigma^2 = the last measured value).
     """
 
     staleness: np.ndarray
     sigma2_values: np.ndarray
     counts: np.ndarray | None = None
+    extrapolate: str = "none"
     default_average: str = field(default="discrete", init=False)
 
     def __post_init__(self):
@@ -217,6 +225,7 @@ class TabulatedNoise:
             raise ValueError("sigma2 must hold at least one value > 0 (all zero: no noise)")
         object.__setattr__(self, "staleness", s)
         object.__setattr__(self, "sigma2_values", y)
+        v.choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
         if self.counts is not None:
             c = v.finite_array("counts", self.counts, nonnegative_values=True)
             if c.shape != s.shape:
@@ -236,9 +245,15 @@ class TabulatedNoise:
         object.__setattr__(self, "_cint", cint)
 
     @property
-    def max_horizon(self) -> float:
+    def measured_horizon(self) -> float:
         """Longest horizon (steps) the table covers: largest measured staleness + 1."""
         return float(self.staleness[-1]) + 1.0
+
+    @property
+    def max_horizon(self) -> float:
+        """Longest horizon (steps) a design may use: ``measured_horizon``, or inf when the
+        table is extrapolated (``extrapolate="hold_last"``)."""
+        return self.measured_horizon if self.extrapolate == "none" else float("inf")
 
     def sigma2(self, s) -> np.ndarray:
         return np.interp(np.asarray(s, dtype=float), self.staleness, self.sigma2_values)
@@ -288,13 +303,15 @@ class TabulatedNoise:
         It satisfies A3 and still bounds the measured noise, so the theorem applies to it.
         """
         return TabulatedNoise(self.staleness, np.maximum.accumulate(self.sigma2_values),
-                              self.counts)
+                              self.counts, self.extrapolate)
 
     def to_dict(self) -> dict:
         d = {"model": "tabulated", "staleness": self.staleness.tolist(),
              "sigma2": self.sigma2_values.tolist(), "satisfies_a3": self.satisfies_a3}
         if self.counts is not None:
             d["counts"] = self.counts.tolist()
+        if self.extrapolate != "none":  # absent means "none": saved tables stay unchanged
+            d["extrapolate"] = self.extrapolate
         return d
 
 
@@ -306,5 +323,6 @@ def noise_from_dict(d: dict) -> NoiseModel:
     if kind == "constant":
         return ConstantNoise(d.get("sigma2", 1.0))
     if kind == "tabulated":
-        return TabulatedNoise(d["staleness"], d["sigma2"], d.get("counts"))
+        return TabulatedNoise(d["staleness"], d["sigma2"], d.get("counts"),
+                              d.get("extrapolate", "none"))
     raise ValueError(f"model must be one of ['constant', 'power_law', 'tabulated'], got {kind!r}")

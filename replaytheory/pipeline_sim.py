@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _validate as v
+from . import checks as v
 from .buffer import SAMPLING_MODES, ReplayIndex
 
 _WORKER, _TRAINER = 0, 1  # event kinds; at equal times insertions are handled first
@@ -91,6 +91,209 @@ class _Durations:
         return base * float(self.rng.gamma(shape, 1.0 / shape))
 
 
+@dataclass(frozen=True)
+class _Config:
+    """Checked arguments of ``simulate_pipeline`` (names as in its docstring)."""
+
+    w: int
+    t: int
+    mu: float
+    b: int
+    n: int
+    total: int
+    k: int
+    sampling: str
+    delta: float
+    p_pos: float
+    chunk: int
+    fill: int
+    shards: int
+    lifo: bool
+    gen_jitter: float
+    train_jitter: float
+
+    @property
+    def per_draw(self) -> int:
+        """Rollouts each shard gives to one step."""
+        return self.b // self.shards
+
+
+def _check(workers, trainers, mu, batch_size, buffer_size, rollouts, refresh_every, sharded,
+           lifo, sampling, delta, positive_rate, chunk, min_fill, gen_jitter,
+           train_jitter) -> _Config:
+    """``simulate_pipeline``'s arguments checked against the ranges of its docstring."""
+    w = v.integer("workers", workers, 1)
+    t = v.integer("trainers", trainers, 1)
+    b = v.integer("batch_size", batch_size, 1)
+    n = v.integer("buffer_size", buffer_size, b)
+    shards = t if sharded else 1
+    if sharded and b % t:
+        raise ValueError(f"batch_size must be a multiple of trainers ({t}) when sharded, "
+                         f"got {b}")
+    if sharded and n % t:
+        raise ValueError(f"buffer_size must be a multiple of trainers ({t}) when sharded, "
+                         f"got {n}")
+    chunk = max(1, b // w) if chunk is None else v.integer("chunk", chunk, 1, n)
+    if lifo and chunk > n:
+        raise ValueError(f"chunk must be <= buffer_size ({n}) with the LIFO queue, got {chunk}")
+    return _Config(
+        w=w, t=t, mu=v.positive("mu", mu), b=b, n=n,
+        total=v.integer("rollouts", rollouts, 1),
+        k=v.integer("refresh_every", refresh_every, 1),
+        sampling=v.choice("sampling", sampling, SAMPLING_MODES),
+        delta=v.real("delta", delta, 0.0, 1.0, hi_open=True),
+        p_pos=v.unit_interval("positive_rate", positive_rate), chunk=chunk,
+        fill=b // shards if min_fill is None else v.integer("min_fill", min_fill, 1,
+                                                             n // shards),
+        shards=shards, lifo=lifo, gen_jitter=v.nonnegative("gen_jitter", gen_jitter),
+        train_jitter=v.nonnegative("train_jitter", train_jitter))
+
+
+@dataclass
+class _State:
+    """What changes during one simulation; times in C units (module docstring)."""
+
+    cfg: _Config
+    rng: np.random.Generator
+    buf: ReplayIndex
+    gen_time: _Durations
+    step_time: _Durations
+    fill: int  # rollouts per shard before a step may start; 1 after the first step
+    events: list = field(default_factory=list)  # heap of (time, kind, seq, worker)
+    seq: int = 0  # insertion counter: breaks ties between events at equal times and kinds
+    version: np.ndarray = None  # weights version each worker generates with
+    blocked_since: np.ndarray = None  # when each worker started waiting for room (nan: not)
+    in_flight: int = 0  # rollouts being generated (room is reserved for them in the queue)
+    made: int = 0
+    steps: int = 0
+    published: int = 0
+    trainer_busy: bool = False
+    waiting_since: float = 0.0  # when the trainers last finished a step
+    warmup_end: float | None = None  # when the first step started
+    trainer_idle: float = 0.0
+    worker_idle: float = 0.0
+
+
+def _new_state(cfg: _Config, seed) -> _State:
+    rng = np.random.default_rng(seed)
+    return _State(cfg=cfg, rng=rng,
+                  buf=ReplayIndex(cfg.n, sampling=cfg.sampling, delta=cfg.delta,
+                                  shards=cfg.shards, lifo=cfg.lifo),
+                  gen_time=_Durations(cfg.gen_jitter, rng),
+                  step_time=_Durations(cfg.train_jitter, rng), fill=cfg.fill,
+                  version=np.zeros(cfg.w, dtype=np.int64),
+                  blocked_since=np.full(cfg.w, np.nan))
+
+
+def _push(st: _State, when: float, kind: int, who: int) -> None:
+    heapq.heappush(st.events, (when, kind, st.seq, who))
+    st.seq += 1
+
+
+def _start_chunk(st: _State, j: int, now: float) -> None:
+    """Worker j starts a chunk with the latest weights, or blocks while the queue is full."""
+    cfg = st.cfg
+    if cfg.lifo and len(st.buf) + st.in_flight + cfg.chunk > cfg.n:
+        if np.isnan(st.blocked_since[j]):
+            st.blocked_since[j] = now
+        return
+    if not np.isnan(st.blocked_since[j]):
+        if st.warmup_end is not None:  # waiting during the warm-up is not idleness
+            st.worker_idle += now - max(st.blocked_since[j], st.warmup_end)
+        st.blocked_since[j] = np.nan
+    st.version[j] = st.published
+    st.in_flight += cfg.chunk
+    _push(st, now + st.gen_time(cfg.chunk * cfg.mu / cfg.b), _WORKER, j)
+
+
+def _ready(st: _State) -> bool:
+    per_draw = st.cfg.per_draw
+    return all(st.buf.size(s) >= st.fill and st.buf.can_sample(per_draw, s)
+               for s in range(st.cfg.shards))
+
+
+def _try_start_step(st: _State, now: float) -> None:
+    """Start a step if the trainers are free and every shard can give its share."""
+    cfg = st.cfg
+    if st.trainer_busy or not _ready(st):
+        return
+    if st.warmup_end is None:
+        st.warmup_end = now
+        st.fill = 1  # the fill condition only delays the first step
+    else:
+        st.trainer_idle += now - st.waiting_since
+    for s in range(cfg.shards):
+        st.buf.sample(cfg.per_draw, st.steps, st.rng, shard=s)
+    st.trainer_busy = True
+    _push(st, now + st.step_time(1.0 / cfg.t), _TRAINER, 0)
+    if cfg.lifo:  # the draw made room in the queue
+        for j in np.flatnonzero(~np.isnan(st.blocked_since)):
+            _start_chunk(st, int(j), now)
+
+
+def _level_targets(st: _State, size: int) -> np.ndarray:
+    """Shards for ``size`` new rollouts that keep the LIFO queue's shards level, so none
+    overflows."""
+    sizes = np.array([st.buf.size(s) for s in range(st.cfg.shards)])
+    target = np.empty(size, dtype=np.int64)
+    for i in range(size):
+        target[i] = int(np.argmin(sizes))
+        sizes[target[i]] += 1
+    return target
+
+
+def _chunk_done(st: _State, who: int, now: float) -> None:
+    """Worker ``who`` inserts its chunk (cut at the rollout budget) and starts the next."""
+    cfg = st.cfg
+    st.in_flight -= cfg.chunk
+    size = min(cfg.chunk, cfg.total - st.made)
+    ids = np.arange(st.made, st.made + size)
+    positive = st.rng.random(size) < cfg.p_pos if cfg.delta > 0 else None
+    target = _level_targets(st, size) if cfg.lifo and cfg.shards > 1 else None
+    st.buf.add(ids, int(st.version[who]), st.steps, positive=positive, shard=target)
+    st.made += size
+    _try_start_step(st, now)
+    if st.made < cfg.total:
+        _start_chunk(st, who, now)
+
+
+def _step_done(st: _State, now: float) -> None:
+    """The trainers finish a step, publish every k steps, and start the next if they can."""
+    st.steps += 1
+    if st.steps % st.cfg.k == 0:
+        st.published = st.steps
+    st.trainer_busy = False
+    st.waiting_since = now
+    _try_start_step(st, now)
+
+
+def _result(st: _State, now: float) -> PipelineResult:
+    """Close the idle-time accounts at ``now`` and collect the measurements."""
+    cfg = st.cfg
+    window = now - (st.warmup_end if st.warmup_end is not None else now)
+    if st.trainer_busy is False and st.warmup_end is not None:
+        st.trainer_idle += now - st.waiting_since
+    if st.warmup_end is not None:
+        for j in np.flatnonzero(~np.isnan(st.blocked_since)):
+            st.worker_idle += now - max(st.blocked_since[j], st.warmup_end)
+    ratios = st.buf.replay_ratios(include_live=True)
+    consumed = int(ratios.sum())  # every draw, the in-flight step's included
+    counts = {"unique_rollouts": st.made, "samples_consumed": consumed, "workers": cfg.w,
+              "trainers": cfg.t, "steps": st.steps, "mu_accounting": cfg.mu}
+    return PipelineResult(
+        steps=st.steps, unique_rollouts=st.made, samples_consumed=consumed,
+        mean_replay_ratio=consumed / st.made,
+        expected_replay_ratio=cfg.mu * cfg.t / cfg.w,
+        compute_per_update=((cfg.w + cfg.t) * window / st.steps if st.steps
+                            else float("nan")),
+        trainer_idle_fraction=st.trainer_idle / window if window > 0 else float("nan"),
+        worker_idle_fraction=(st.worker_idle / (cfg.w * window) if window > 0
+                              else float("nan")),
+        warmup_time=float(st.warmup_end) if st.warmup_end is not None else float("nan"),
+        wall_time=now, histograms=st.buf.histograms(include_live=True),
+        uses=st.buf.use_records(), replay_ratios=ratios, counts=counts)
+
+
 def simulate_pipeline(*, workers: int, trainers: int, mu: float, batch_size: int,
                       buffer_size: int, rollouts: int, refresh_every: int = 1,
                       sharded: bool = True, lifo: bool = False,
@@ -128,138 +331,20 @@ def simulate_pipeline(*, workers: int, trainers: int, mu: float, batch_size: int
     Returns:
         ``PipelineResult``.
     """
-    w = v.integer("workers", workers, 1)
-    t = v.integer("trainers", trainers, 1)
-    mu = v.positive("mu", mu)
-    b = v.integer("batch_size", batch_size, 1)
-    n = v.integer("buffer_size", buffer_size, b)
-    total = v.integer("rollouts", rollouts, 1)
-    k = v.integer("refresh_every", refresh_every, 1)
-    sampling = v.choice("sampling", sampling, SAMPLING_MODES)
-    delta = v.real("delta", delta, 0.0, 1.0, hi_open=True)
-    p_pos = v.unit_interval("positive_rate", positive_rate)
-    chunk = max(1, b // w) if chunk is None else v.integer("chunk", chunk, 1, n)
-    gen_jitter = v.nonnegative("gen_jitter", gen_jitter)
-    train_jitter = v.nonnegative("train_jitter", train_jitter)
-    shards = t if sharded else 1
-    if sharded and b % t:
-        raise ValueError(f"batch_size must be a multiple of trainers ({t}) when sharded, "
-                         f"got {b}")
-    if sharded and n % t:
-        raise ValueError(f"buffer_size must be a multiple of trainers ({t}) when sharded, "
-                         f"got {n}")
-    per_draw = b // shards
-    fill = per_draw if min_fill is None else v.integer("min_fill", min_fill, 1, n // shards)
-    if lifo and chunk > n:
-        raise ValueError(f"chunk must be <= buffer_size ({n}) with the LIFO queue, got {chunk}")
-
-    rng = np.random.default_rng(seed)
-    buf = ReplayIndex(n, sampling=sampling, delta=delta, shards=shards, lifo=lifo)
-    gen_time = _Durations(gen_jitter, rng)
-    step_time = _Durations(train_jitter, rng)
-    chunk_base, step_base = chunk * mu / b, 1.0 / t
-
-    events: list[tuple[float, int, int, int]] = []
-    seq = 0
-    version = np.zeros(w, dtype=np.int64)
-    blocked_since = np.full(w, np.nan)
-    worker_idle = 0.0
-    steps = published = made = 0
-    in_flight = 0  # rollouts being generated (room is reserved for them in the LIFO queue)
-    trainer_busy = False
-    waiting_since = 0.0
-    warmup_end = None
-    trainer_idle = 0.0
-
-    def push(when, kind, who):
-        nonlocal seq
-        heapq.heappush(events, (when, kind, seq, who))
-        seq += 1
-
-    def start_chunk(j, now):
-        nonlocal worker_idle, in_flight
-        if lifo and len(buf) + in_flight + chunk > n:
-            if np.isnan(blocked_since[j]):
-                blocked_since[j] = now
-            return
-        if not np.isnan(blocked_since[j]):
-            if warmup_end is not None:
-                worker_idle += now - max(blocked_since[j], warmup_end)
-            blocked_since[j] = np.nan
-        version[j] = published
-        in_flight += chunk
-        push(now + gen_time(chunk_base), _WORKER, j)
-
-    def ready():
-        return all(buf.size(s) >= fill and buf.can_sample(per_draw, s) for s in range(shards))
-
-    def try_start_step(now):
-        nonlocal trainer_busy, warmup_end, trainer_idle, fill
-        if trainer_busy or not ready():
-            return
-        if warmup_end is None:
-            warmup_end = now
-            fill = 1  # the fill condition only delays the first step
-        else:
-            trainer_idle += now - waiting_since
-        for s in range(shards):
-            buf.sample(per_draw, steps, rng, shard=s)
-        trainer_busy = True
-        push(now + step_time(step_base), _TRAINER, 0)
-        if lifo:  # the draw made room in the queue
-            for j in np.flatnonzero(~np.isnan(blocked_since)):
-                start_chunk(int(j), now)
-
-    for j in range(w):
-        start_chunk(j, 0.0)
+    cfg = _check(workers, trainers, mu, batch_size, buffer_size, rollouts, refresh_every,
+                 sharded, lifo, sampling, delta, positive_rate, chunk, min_fill, gen_jitter,
+                 train_jitter)
+    st = _new_state(cfg, seed)
+    for j in range(cfg.w):
+        _start_chunk(st, j, 0.0)
     now = 0.0
-    while made < total:
-        now, kind, _, who = heapq.heappop(events)
+    while st.made < cfg.total:
+        now, kind, _, who = heapq.heappop(st.events)
         if kind == _WORKER:
-            in_flight -= chunk
-            size = min(chunk, total - made)
-            ids = np.arange(made, made + size)
-            positive = rng.random(size) < p_pos if delta > 0 else None
-            target = None
-            if lifo and shards > 1:  # keep the queue's shards level so none overflows
-                sizes = np.array([buf.size(s) for s in range(shards)])
-                target = np.empty(size, dtype=np.int64)
-                for i in range(size):
-                    target[i] = int(np.argmin(sizes))
-                    sizes[target[i]] += 1
-            buf.add(ids, int(version[who]), steps, positive=positive, shard=target)
-            made += size
-            try_start_step(now)
-            if made < total:
-                start_chunk(who, now)
+            _chunk_done(st, who, now)
         else:
-            steps += 1
-            if steps % k == 0:
-                published = steps
-            trainer_busy = False
-            waiting_since = now
-            try_start_step(now)
-
-    window = now - (warmup_end if warmup_end is not None else now)
-    if trainer_busy is False and warmup_end is not None:
-        trainer_idle += now - waiting_since
-    if warmup_end is not None:
-        for j in np.flatnonzero(~np.isnan(blocked_since)):
-            worker_idle += now - max(blocked_since[j], warmup_end)
-    ratios = buf.replay_ratios(include_live=True)
-    consumed = int(ratios.sum())  # every draw, the in-flight step's included
-    counts = {"unique_rollouts": made, "samples_consumed": consumed, "workers": w,
-              "trainers": t, "steps": steps, "mu_accounting": mu}
-    return PipelineResult(
-        steps=steps, unique_rollouts=made, samples_consumed=consumed,
-        mean_replay_ratio=consumed / made,
-        expected_replay_ratio=mu * t / w,
-        compute_per_update=(w + t) * window / steps if steps else float("nan"),
-        trainer_idle_fraction=trainer_idle / window if window > 0 else float("nan"),
-        worker_idle_fraction=worker_idle / (w * window) if window > 0 else float("nan"),
-        warmup_time=float(warmup_end) if warmup_end is not None else float("nan"),
-        wall_time=now, histograms=buf.histograms(include_live=True),
-        uses=buf.use_records(), replay_ratios=ratios, counts=counts)
+            _step_done(st, now)
+    return _result(st, now)
 
 
 __all__ = ["PipelineResult", "simulate_pipeline"]

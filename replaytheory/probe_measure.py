@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _validate as v
+from . import checks as v
 from .probes import SCHEMA, UNIT_SEQUENCE
 
 TABLES = tuple(SCHEMA)
@@ -131,6 +131,50 @@ def measure_probe(noise, staleness, drift, g_ref, ref_sq_error: float, drawn, *,
     return out
 
 
+def measure_reuse(noise_now, ins_now, noise_then, ins_then, *, probe_step: int, gap: int,
+                  uses, unit: int = UNIT_SEQUENCE) -> dict[str, np.ndarray]:
+    """``reuse`` rows (``probes`` layout; theory.md section 10.7) from two probes of one run.
+
+    A slot holds the same rollout at both probes when its insertion step is the same; those
+    rollouts get one row each with <eps_t, eps_{t-g}> and both squared norms.
+
+    Args:
+        noise_now, noise_then: (n, D) and (m, D) noise vectors per buffer slot at t and t - g.
+        ins_now, ins_then: (n,) and (m,) insertion steps per slot. probe_step: t. gap: g >= 1.
+        uses: (n,) training uses of each slot's rollout before t. unit: 0 sequence, 1 group.
+    """
+    g = v.integer("gap", gap, 1)
+    now, then = np.asarray(noise_now, float), np.asarray(noise_then, float)
+    ins_now, ins_then = np.asarray(ins_now), np.asarray(ins_then)
+    k = min(now.shape[0], then.shape[0])
+    same = np.flatnonzero((ins_now[:k] == ins_then[:k]) & (ins_now[:k] >= 0))
+    a, b = now[same], then[same]
+    rows = same.size
+    return {"probe_step": np.full(rows, probe_step, float), "gap": np.full(rows, g, float),
+            "staleness": (probe_step - ins_now[same]).astype(float),
+            "uses": np.asarray(uses, float)[same], "inner": np.einsum("ij,ij->i", a, b),
+            "sq_now": np.einsum("ij,ij->i", a, a), "sq_then": np.einsum("ij,ij->i", b, b),
+            "unit": np.full(rows, unit, float)}
+
+
+def measure_contribution(kept, clip_fraction, is_weight, staleness, uses, *, probe_step: int,
+                         unit: int = UNIT_SEQUENCE) -> dict[str, np.ndarray]:
+    """``contribution`` rows (``probes`` layout; theory.md section 10.7), one per rollout.
+
+    Args: kept: <G_clip, G_unclip> / ||G_unclip||^2 per rollout. clip_fraction: share of its
+    tokens outside the clip range, in [0, 1]. is_weight: mean importance ratio. staleness,
+    uses: per rollout (steps, earlier uses). All (n,) arrays; probe_step: t.
+    """
+    cols = {"contribution": kept, "clip_fraction": clip_fraction, "is_weight": is_weight,
+            "staleness": staleness, "uses": uses}
+    out = {name: np.asarray(col, dtype=float) for name, col in cols.items()}
+    n = out["contribution"].size
+    if any(col.shape != (n,) for col in out.values()):
+        raise ValueError(f"kept, clip_fraction, is_weight, staleness and uses must all have "
+                         f"shape ({n},)")
+    return {"probe_step": np.full(n, probe_step, float), **out, "unit": np.full(n, unit, float)}
+
+
 def concat_rows(parts: list[dict[str, dict[str, np.ndarray]]],
                 extra: list[dict[str, float]] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Stack the rows of several ``measure_probe`` results table by table.
@@ -150,4 +194,4 @@ def concat_rows(parts: list[dict[str, dict[str, np.ndarray]]],
             for name, t in tables.items()}
 
 
-__all__ = ["measure_probe", "concat_rows", "TABLES"]
+__all__ = ["measure_probe", "measure_reuse", "measure_contribution", "concat_rows", "TABLES"]

@@ -1,7 +1,7 @@
 """The probe layout: what a run measures for calibration, as plain column tables.
 
-A ``ProbeSet`` holds four tables (each a dict of equal-length 1-d numpy arrays) and a dict of
-run counts. The LLM harness (``llm_experiments``) and the simulators (``replay_sim``) write this
+A ``ProbeSet`` holds four core tables and two optional ones (each a dict of equal-length 1-d
+numpy arrays) and a dict of run counts. The LLM harness (``llm_experiments``) and the simulators (``replay_sim``) write this
 layout; ``calibrate`` reads it. Files: ``.npz`` (one array per ``table/column``) or JSONL (one
 record per row, with a ``table`` key; counts in a record with ``table = "counts"``).
 
@@ -11,7 +11,8 @@ Tables and columns (units in brackets; every table may carry extra columns, kept
     probe_step [trainer step t of the probe], staleness [steps, t - generation step],
     drift [||theta_t - theta_{t-s}||, parameter-norm units], sq_noise
     [||G(theta_t, z) - g_ref||^2, squared gradient units], ref_sq_error [estimated
-    ||g_ref - grad F(theta_t)||^2 at that probe; 0 if unknown], unit [0 = sequence, 1 = group].
+    ||g_ref - grad F(theta_t)||^2 at that probe; 0 if unknown], unit [0 = sequence, 1 = group];
+    optional: uses [training uses of the sampled rollout before the probe step; 0 = never].
 ``coupling``: one row per (probe, insertion gap) aggregate of sample pairs.
     probe_step, gap [|t_i - t_j| in steps], n_pairs, mean_inner [mean <eps_i, eps_j> over the
     pairs, noise measured against g_ref], mean_sq [mean ||eps||^2 of the samples involved],
@@ -27,6 +28,25 @@ Tables and columns (units in brackets; every table may carry extra columns, kept
     probe_step, horizon [x = N/R], replay_ratio [y = B/R], batch_size [B], buffer_size [N],
     rollouts_per_step [R], sq_error [||g_t - g_ref||^2 of the actual minibatch gradient],
     ref_sq_error, sigma_bar2 [mean sq_noise of the buffer's samples at that probe].
+
+``reuse`` (optional): one row per (probe, probed buffer rollout z, gap g): how correlated ONE
+    rollout's per-sample noise is with itself at two training steps (a reused sample is not a
+    new noise draw). probe_step [t], gap [g >= 1 steps, the evaluations at t and t - g],
+    staleness [t - generation step of z], uses [training uses of z before t], inner
+    [<eps_t(z), eps_{t-g}(z)>, eps_s(z) = G(theta_s, z) - g_ref(s), squared gradient units],
+    sq_now [||eps_t(z)||^2], sq_then [||eps_{t-g}(z)||^2], unit. Only rollouts that existed at
+    t - g. The self-correlation at gap g is sum(inner) / sqrt(sum(sq_now) sum(sq_then)) over
+    the rows of that gap.
+``contribution`` (optional): one row per probed buffer rollout z at a probe: what the clipped
+    loss keeps of a stale or reused sample. probe_step [t], staleness [steps], uses [training
+    uses before t], clip_fraction [share in [0, 1] of z's completion tokens with non-zero
+    advantage whose ratio pi_theta_t / pi_behaviour lies outside the clip range on the side
+    where the clip removes the gradient: above 1 + eps_high for A > 0, below 1 - eps_low for
+    A < 0, as the training metric clip_fraction], contribution
+    [<G_clip(z), G_unclip(z)> / ||G_unclip(z)||^2: G_clip the per-sample gradient of the loss
+    trained on, G_unclip the same with the clip removed (plain importance weight); 1 = fully
+    kept, 0 = cut], is_weight [mean over z's tokens of the ratio], unit.
+An optional table absent from a file has no rows (files written before they existed load).
 
 Any table may carry ``run`` [id of the run]: a probe is one (run, probe_step), the unit that
 ``calibrate`` resamples in its bootstrap (rows of one probe share theta and g_ref).
@@ -54,7 +74,14 @@ SCHEMA: dict[str, tuple[str, ...]] = {
              "cos_grad", "ref_sq_error", "unit"),
     "minibatch": ("probe_step", "horizon", "replay_ratio", "batch_size", "buffer_size",
                   "rollouts_per_step", "sq_error", "ref_sq_error", "sigma_bar2"),
+    "reuse": ("probe_step", "gap", "staleness", "uses", "inner", "sq_now", "sq_then", "unit"),
+    "contribution": ("probe_step", "staleness", "uses", "clip_fraction", "contribution",
+                     "is_weight", "unit"),
 }
+# Tables a run writes only when the matching probes are on; a file without them has no rows
+# there, and ``save`` leaves them out when empty so that files of runs without them keep
+# their old content.
+OPTIONAL_TABLES = ("reuse", "contribution")
 UNIT_SEQUENCE, UNIT_GROUP = 0, 1
 COUNT_KEYS = ("unique_rollouts", "samples_consumed", "workers", "trainers")
 
@@ -68,7 +95,7 @@ def empty_table(name: str) -> dict[str, np.ndarray]:
 
 @dataclass
 class ProbeSet:
-    """The four probe tables and the run counts (see the module docstring for the columns)."""
+    """The probe tables and the run counts (see the module docstring for the columns)."""
 
     tables: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     counts: dict[str, float] = field(default_factory=dict)
@@ -123,7 +150,8 @@ class ProbeSet:
         """Write atomically to ``.npz`` or ``.jsonl`` (chosen by the extension)."""
         path = os.fspath(path)
         if path.endswith(".npz"):
-            arrays = {f"{n}/{c}": col for n, t in self.tables.items() for c, col in t.items()}
+            arrays = {f"{n}/{c}": col for n, t in self.tables.items() for c, col in t.items()
+                      if n not in OPTIONAL_TABLES or self.n_rows(n)}
             arrays["counts"] = np.array(json.dumps(self.counts))
             atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays), binary=True)
         elif path.endswith(".jsonl"):

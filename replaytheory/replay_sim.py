@@ -12,7 +12,10 @@ together as arrays: every cell (N) x learning rate x seed of such a group is one
 
 Probes: in one run per cell (the ``probe_lr``-th learning rate, first seed) the simulator
 measures, every ``probe_every`` steps once the buffer is full, the four ``ProbeSet`` tables
-(``probe_measure``); every ``minibatch_every`` steps it measures the minibatch table only.
+(``probe_measure``), the noise table's ``uses`` column, the ``reuse`` table (each rollout's
+noise against its own noise ``REUSE_GAPS`` probes earlier) and, for a loss with a clip or a
+truncated weight, the ``contribution`` table; every ``minibatch_every`` steps it measures the
+minibatch table only. None of these draws random numbers, so the runs do not change.
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _validate as v
+from . import checks as v
 from .buffer import sync_fifo_slots
-from .probe_measure import concat_rows, measure_probe
+from .probe_measure import concat_rows, measure_contribution, measure_probe, measure_reuse
 from .probes import ProbeSet
 from .sim_quadratic import QuadraticProblem
 from .sim_tabular import TabularProblem
 
 PROBLEMS = (QuadraticProblem, TabularProblem)
+# Gaps of the reuse probes, in probe intervals: a full probe pairs each buffer rollout with
+# its own noise 1, 2, 4 and 8 probes earlier (theory.md section 10.7).
+REUSE_GAPS = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -201,6 +207,8 @@ def simulate_replay(problem, cells, *, steps, lrs, seeds: int = 1,
         for run in probed:
             state.track(int(run))
         full_at = -(-caps // r) - 1
+        uses = np.zeros((s, int(caps.max())), dtype=np.int64) if probe_every else None
+        history: dict[int, list] = {int(run): [] for run in probed}
         horizon_steps = int(step_arr[members].max())
         k = 0
         for t in range(horizon_steps + 1):
@@ -212,6 +220,8 @@ def simulate_replay(problem, cells, *, steps, lrs, seeds: int = 1,
             slots = sync_fifo_slots(t, r, caps)
             state.insert(t, slots)
             ins[rows, slots] = t
+            if uses is not None:
+                uses[rows, slots] = 0
             filled = np.minimum((t + 1) * r, caps)
             drawn = (rng.random((s, b)) * filled[:, None]).astype(np.int64)
             stal = t - ins[rows, drawn]
@@ -224,12 +234,20 @@ def simulate_replay(problem, cells, *, steps, lrs, seeds: int = 1,
                     if t < start or t >= step_arr[run_cell[run]]:
                         continue
                     vec = state.probe(t, int(run), ins[run], drawn[run])
-                    parts.append(measure_probe(
+                    part = measure_probe(
                         vec["noise"], vec["staleness"], vec["drift"], vec["g_ref"],
                         vec["ref_sq_error"], drawn[run], probe_step=t,
-                        buffer_size=int(caps[run]), rollouts_per_step=r, tables=tables))
+                        buffer_size=int(caps[run]), rollouts_per_step=r, tables=tables)
+                    if full:
+                        part["noise"]["uses"] = uses[run][:len(vec["staleness"])].astype(float)
+                        part.update(_reuse_tables(vec, t, ins[run], uses[run],
+                                                  history[int(run)], probe_every))
+                    parts.append(part)
                     extra.append({"run": g_idx * 1_000_000 + int(run),
                                   "cell": int(run_cell[run])})
+            if uses is not None:
+                for run in probed:
+                    np.add.at(uses[run], drawn[run], 1)
             state.update(t, drawn, stal)
         # Cells that stop earlier than their group: forget records past their own steps.
         for i in members:
@@ -248,6 +266,29 @@ def simulate_replay(problem, cells, *, steps, lrs, seeds: int = 1,
                         steps=step_arr, record_steps=record.astype(float), loss=loss,
                         loss_expected=loss_exp, probes=probes,
                         seconds=time.perf_counter() - t0)
+
+
+def _reuse_tables(vec, t, ins_run, uses_run, history, probe_every):
+    """The ``reuse`` and ``contribution`` tables of one full probe (section 10.7); appends
+    this probe to the run's ``history`` (its last ``max(REUSE_GAPS)`` probes)."""
+    noise = vec["noise"]
+    filled = noise.shape[0]
+    ins_now, uses_now = ins_run[:filled].copy(), uses_run[:filled].copy()
+    out = {}
+    reuse = [measure_reuse(noise, ins_now, then, ins_then, probe_step=t, gap=t - t_then,
+                           uses=uses_now)
+             for t_then, ins_then, then in history
+             if (t - t_then) in {k * probe_every for k in REUSE_GAPS}]
+    if reuse:
+        out["reuse"] = concat_rows([{"reuse": rows} for rows in reuse])["reuse"]
+    history.append((t, ins_now, noise))
+    del history[:-max(REUSE_GAPS)]
+    if "kept" in vec:
+        sig = vec["signal"]
+        out["contribution"] = measure_contribution(
+            vec["kept"][sig], vec["clip_fraction"][sig], vec["is_weight"][sig],
+            vec["staleness"][sig], uses_now[sig], probe_step=t)
+    return out
 
 
 def _record(loss, loss_exp, state, t, k, run_cell, run_lr, run_seed):

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import _validate as v
+from . import checks as v
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,11 @@ log-probability are computed once, at generation, and reused at every replay:
 A = (r - mean_group r) / std_group r (0 when the group's rewards are all equal).
 Per-sample gradient of the loss to minimise, with w = pi_theta(z) / pi_old(z):
 
-* ``grpo_clip``: -A w grad log pi(z), zeroed where PPO's clip (epsilon = 0.2) is active
+* ``grpo``: -A w grad log pi(z), zeroed where PPO's clip (epsilon = 0.2) is active
   (A > 0 and w > 1 + eps, or A < 0 and w < 1 - eps);
-* ``unclipped``: -A w grad log pi(z);
-* ``truncated``: -A min(w, c) grad log pi(z), the weight held constant (c = ``truncation``);
+* ``grpo_unclipped``: -A w grad log pi(z);
+* ``grpo_truncated``: -A min(w, c) grad log pi(z), the weight held constant
+  (c = ``truncation``);
 * ``asymre``: -(r - (V_hat + dV)) grad log pi(z), V_hat the group mean, dV = -0.1, no ratio.
 
 So staleness noise and bias come from the importance weights and the clipping, as in a real run.
@@ -32,9 +33,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import _validate as v
+from . import checks as v
 
-LOSSES = ("grpo_clip", "unclipped", "truncated", "asymre")
+# The LLM harness's names (llm_experiments.losses.LOSSES) for the same objectives; repeated
+# here because replaytheory must not import the harness.
+LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated", "asymre")
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class TabularProblem:
         problem_seed: seed of the rewards and initial logits (the same for every run).
     """
 
-    loss: str = "grpo_clip"
+    loss: str = "grpo"
     n_prompts: int = 64
     n_answers: int = 16
     group_size: int = 8
@@ -205,9 +208,9 @@ class _TabState:
         with np.errstate(over="ignore"):  # an unclipped weight may blow up: that run diverges
             w = np.exp(self.logpi[rows, prompt, answer] - f["logp_old"][rows, slots])
         adv = f["adv"][rows, slots]
-        if p.loss == "unclipped":
+        if p.loss == "grpo_unclipped":
             return adv * w, prompt, answer
-        if p.loss == "truncated":
+        if p.loss == "grpo_truncated":
             return adv * np.minimum(w, p.truncation), prompt, answer
         clipped = ((adv > 0) & (w > 1 + p.clip)) | ((adv < 0) & (w < 1 - p.clip))
         return np.where(clipped, 0.0, adv * w), prompt, answer
@@ -252,7 +255,8 @@ class _TabState:
         if p.loss == "asymre":
             coef = reward - (reward.mean(axis=-1, keepdims=True) + p.dv)
         else:
-            coef = _advantages(reward) * (min(1.0, p.truncation) if p.loss == "truncated" else 1.0)
+            cap = min(1.0, p.truncation) if p.loss == "grpo_truncated" else 1.0
+            coef = _advantages(reward) * cap
         rows = -coef[..., None] * (np.eye(k)[answers] - pi[:, None, None, :])
         group_means = rows.mean(axis=2)  # (P, m, K)
         g_ref = group_means.mean(axis=1) / pp  # row p of E[G] is E[G | p] / P
@@ -261,8 +265,29 @@ class _TabState:
         ring = self.hist[run]
         past = ring[(t - stal) % self.h]
         drift = np.linalg.norm((past - self.theta[run]).reshape(filled, -1), axis=1)
-        return {"noise": noise, "staleness": stal, "drift": drift, "g_ref": g_ref.ravel(),
-                "ref_sq_error": ref_err}
+        out = {"noise": noise, "staleness": stal, "drift": drift, "g_ref": g_ref.ravel(),
+               "ref_sq_error": ref_err}
+        if p.loss in ("grpo", "grpo_truncated"):
+            out.update(self._contribution(run, slots, c))
+        return out
+
+    def _contribution(self, run, slots, coef):
+        """What the clip (or the truncation) keeps of each slot's gradient (section 10.7).
+
+        A sample's gradient is -coef (e_z - pi), so <G_clip, G_unclip> / ||G_unclip||^2 is
+        coef / (A w): 0 or 1 under the clip, min(w, c) / w under truncation. Samples with a
+        zero advantage have no gradient to keep and are flagged out (``signal``).
+        """
+        f, p = self.fields, self.p
+        prompt, answer = f["prompt"][run, slots], f["answer"][run, slots]
+        with np.errstate(over="ignore"):
+            w = np.exp(self.logpi[run, prompt, answer] - f["logp_old"][run, slots])
+        unclipped = f["adv"][run, slots] * w
+        signal = (unclipped != 0) & np.isfinite(unclipped)
+        kept = np.divide(coef, unclipped, out=np.ones_like(coef), where=signal)
+        cut = (kept == 0) if p.loss == "grpo" else (w > p.truncation)
+        return {"kept": kept, "clip_fraction": (cut & signal).astype(float),
+                "is_weight": w, "signal": signal}
 
 
 __all__ = ["TabularProblem", "LOSSES"]

@@ -5,8 +5,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from replaytheory import (PowerLawNoise, TabulatedNoise, compute_ratio, design_grid, objective,
-                          optimal_config)
+import replaytheory
+from replaytheory import (PowerLawNoise, ReplayRecommendation, TabulatedNoise, compute_ratio,
+                          design_grid, objective, optimal_config, optimal_design)
+
+# The tracker's example: noise measured at staleness 1-8, still growing slowly at the end.
+MEASURED_1_TO_8 = TabulatedNoise(np.arange(1, 9), [1.0, 1.1, 1.2, 1.25, 1.3, 1.35, 1.4, 1.42])
 
 
 def j_of(cfg, noise):
@@ -16,6 +20,8 @@ def j_of(cfg, noise):
 def test_api_example():
     cfg = optimal_config(mu=6.84, rho=0.1, noise=PowerLawNoise(alpha=0.1), gpus=8,
                          batch_size=60)
+    assert isinstance(cfg, ReplayRecommendation) and not hasattr(replaytheory, "Config")
+    assert cfg.horizon_limit == 1000.0 and cfg.measured_horizon is None
     assert cfg.workers + cfg.trainers == 8
     assert cfg.batch_size == 60 and cfg.batch_size % cfg.trainers == 0
     assert cfg.buffer_size >= cfg.batch_size and cfg.buffer_size % cfg.trainers == 0
@@ -165,3 +171,48 @@ def test_missing_noise_and_mu():
         optimal_config(mu=6.84, rho=0.1)
     with pytest.raises(ValueError, match="mu"):
         optimal_config(rho=0.1, alpha=0.1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(staleness=st.lists(st.integers(0, 40), min_size=1, max_size=10, unique=True),
+       values=st.lists(st.floats(0.1, 10.0), min_size=10, max_size=10),
+       mu=st.floats(0.3, 30), rho=st.floats(0.0, 1.0),
+       gpus=st.none() | st.integers(2, 12), batch=st.sampled_from([8, 16, 60, 64]))
+def test_horizon_stays_within_the_noise_table(staleness, values, mu, rho, gpus, batch):
+    s = sorted(staleness)
+    table = TabulatedNoise(s, values[:len(s)])
+    cfg = optimal_config(mu=mu, rho=rho, noise=table, gpus=gpus, batch_size=batch)
+    # x = N/R <= largest staleness + 1: the oldest sample in the buffer was measured
+    assert cfg.horizon <= table.measured_horizon * (1 + 1e-12)
+    assert cfg.measured_horizon == table.measured_horizon == s[-1] + 1
+    assert cfg.horizon_limit == min(1000.0, table.measured_horizon)
+    assert f"covers staleness up to {s[-1]:g} steps" in cfg.explanation
+    assert cfg.design.horizon <= table.measured_horizon
+
+
+def test_config_and_design_agree_on_a_table():
+    cfg = optimal_config(mu=6.84, rho=0.1, noise=MEASURED_1_TO_8, batch_size=60)
+    design = optimal_design(6.84, 0.1, MEASURED_1_TO_8)
+    assert design.horizon == pytest.approx(9.0)
+    assert cfg.horizon == pytest.approx(design.horizon, rel=0.15) and cfg.horizon <= 9.0
+    assert cfg.buffer_size < 200  # the silent extrapolation recommended N = 8000
+
+
+def test_extrapolation_is_explicit_and_says_how():
+    held = TabulatedNoise(MEASURED_1_TO_8.staleness, MEASURED_1_TO_8.sigma2_values,
+                          extrapolate="hold_last")
+    cfg = optimal_config(mu=6.84, rho=0.1, noise=held, batch_size=60, max_horizon=200)
+    assert cfg.horizon > held.measured_horizon and cfg.horizon_limit == 200.0
+    assert cfg.measured_horizon == 9.0
+    assert "extrapolated by holding sigma^2 at its last measured value (1.42)" \
+        in cfg.explanation and "beyond the measured range" in cfg.explanation
+    assert cfg.design.horizon > held.measured_horizon
+    assert cfg.design.noise["extrapolate"] == "hold_last"
+
+
+def test_no_replay_inside_the_table_falls_back_to_on_policy():
+    # One worker, one trainer: y = mu = 20, so N >= B forces x >= 20 > 3 measured steps.
+    table = TabulatedNoise([0, 1, 2], [1.0, 1.0, 1.0])
+    cfg = optimal_config(mu=20.0, rho=0.1, noise=table, gpus=2, batch_size=60)
+    assert cfg.on_policy and cfg.horizon == 1.0
+    assert any("within the measured noise table (3 steps)" in n for n in cfg.notes)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from replaytheory.cli import main
+from replaytheory.cli import build_parser, main
 
 
 def run(args):
@@ -70,3 +70,56 @@ def test_bad_input_is_one_line_exit_2(args, needle):
     lines = p.stderr.strip().splitlines()
     assert len(lines) <= 2 and "Traceback" not in p.stderr  # argparse adds a usage line
     assert needle in lines[-1]
+
+
+@pytest.mark.parametrize("name, content", [
+    ("nosigma.json", '{"staleness": [1, 2]}'),
+    ("list.json", "[1, 2, 3]"),
+    ("broken.json", '{"staleness": [1, 2], '),
+    ("deep.json", "[" * 100000),
+    ("text.json", '{"staleness": "abc", "sigma2": [1]}'),
+    ("unsorted.json", '{"staleness": [2, 1], "sigma2": [1, 1]}'),
+    ("words.csv", "staleness,sigma2\nx,y\n"),
+    ("onecolumn.csv", "1\n2\n"),
+    ("empty.csv", ""),
+    ("binary.csv", b"\xff\xfe\x00"),
+    ("missing.csv", None),
+])
+def test_every_bad_noise_table_is_one_line_exit_2(tmp_path, capsys, name, content):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    assert main(["optimal", "--mu", "6.84", "--rho", "0.1", "--noise-table", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "--noise-table" in err and name in err and "staleness,sigma2" in err
+
+
+def test_noise_table_stays_in_range_unless_extrapolated(tmp_path, capsys):
+    table = tmp_path / "t.csv"
+    table.write_text("staleness,sigma2\n" + "".join(
+        f"{s},{v}\n" for s, v in zip(range(1, 9), [1.0, 1.1, 1.2, 1.25, 1.3, 1.35, 1.4, 1.42])))
+    base = ["optimal", "--mu", "6.84", "--rho", "0.1", "--noise-table", str(table), "--json"]
+    assert main(base) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["horizon"] <= 9.0 and d["horizon_limit"] == d["measured_horizon"] == 9.0
+    assert main(base + ["--extrapolate", "hold_last"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["horizon"] > 9.0 and d["horizon_limit"] == 1000.0
+    assert "holding sigma^2 at its last measured value" in d["explanation"]
+    assert main(["design", "--mu", "6.84", "--rho", "0.1", "--noise-table", str(table),
+                 "--extrapolate", "hold_last"]) == 0
+    assert "note: extrapolated" in capsys.readouterr().out
+    assert main(["design", "--mu", "6.84", "--rho", "0.1", "--alpha", "0.1",
+                 "--extrapolate", "hold_last"]) == 2
+    assert "--extrapolate applies to a --noise-table" in capsys.readouterr().err
+
+
+def test_help_texts_cite_no_tracker_issues():
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.choices and "optimal" in a.choices)
+    texts = [a.help or "" for a in subparsers._choices_actions]
+    texts += [a.help or "" for sub in subparsers.choices.values() for a in sub._actions]
+    assert texts and not [t for t in texts if "issue" in t.lower()]

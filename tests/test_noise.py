@@ -96,3 +96,17 @@ def test_round_trip_dict():
 def test_bad_input(make, name):
     with pytest.raises(ValueError, match=name):
         make()
+
+
+def test_tabulated_range_and_explicit_extrapolation():
+    m = TabulatedNoise([1, 2, 8], [1.0, 1.2, 1.5])
+    assert m.extrapolate == "none" and m.measured_horizon == m.max_horizon == 9.0
+    assert "extrapolate" not in m.to_dict()  # saved tables keep their form
+    held = TabulatedNoise([1, 2, 8], [1.0, 1.2, 1.5], extrapolate="hold_last")
+    assert held.measured_horizon == 9.0 and held.max_horizon == np.inf
+    assert held.sigma2(50) == pytest.approx(1.5)
+    back = noise_from_dict(held.to_dict())
+    assert back.extrapolate == "hold_last" and back.max_horizon == np.inf
+    assert held.monotone_envelope().extrapolate == "hold_last"
+    with pytest.raises(ValueError, match="extrapolate must be one of"):
+        TabulatedNoise([0, 1], [1.0, 1.0], extrapolate="linear")

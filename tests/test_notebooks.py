@@ -21,6 +21,7 @@ def test_notebook_outputs_are_stripped(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path, monkeypatch):
     monkeypatch.setenv("NOTEBOOK_FAST", "1")  # tiny budgets: the kernel inherits it
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' tempfile folders land here
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT)}}).execute()

@@ -6,7 +6,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from replaytheory import estimate_mu, simulate_pipeline
-from replaytheory.buffer import NEW, ReplayIndex
+from replaytheory.buffer import ReplayIndex
 
 BASE = dict(workers=6, trainers=2, mu=6.84, batch_size=60, buffer_size=252)
 
@@ -58,19 +58,6 @@ def test_no_buffer_unbalanced_split_idles_the_slow_side():
                             rollouts=20_000, lifo=True)
     assert res.trainer_idle_fraction < 1e-6
     assert res.worker_idle_fraction == pytest.approx(1 - 2 / 6, abs=0.02)
-
-
-def test_worked_example_steps_since_last_use():
-    # theory.md section 2: used once in batch 3, three times in batch 5 -> new, 2, 0, 0
-    buf = ReplayIndex(4)
-    buf.add([7], generation_step=0, insert_step=0)
-    rng = np.random.default_rng(0)
-    buf.sample(1, 3, rng)
-    buf.sample(3, 5, rng)
-    rec = buf.use_records()
-    assert rec["since_last_use"].tolist() == [NEW, 2, 0, 0]
-    assert buf.histograms()["steps_since_last_use"] == {"new": 1, 0: 2, 2: 1}
-    assert buf.histograms()["replay_ratio"] == {4: 1}
 
 
 def _positive_bias_reference(positive, n, delta):
@@ -162,3 +149,45 @@ def test_seeded_runs_repeat():
 def test_bad_input_names_the_parameter(kw, name):
     with pytest.raises(ValueError, match=name):
         simulate_pipeline(**{**BASE, "rollouts": 100, **kw})
+
+
+# Regression values computed by the code before simulate_pipeline was split into functions
+# (commit 162c60d, `git show 162c60d:replaytheory/pipeline_sim.py`): the refactoring must not
+# change one bit. Checksums weight the i-th use record (1-based) by i, so order matters.
+REGRESSION = [
+    (dict(rollouts=4000, lifo=True, gen_jitter=0.3, train_jitter=0.2, seed=4),
+     dict(steps=65, samples_consumed=3960, compute_per_update=9.181803940259446,
+          trainer_idle_fraction=0.5668114773190785, worker_idle_fraction=0.0,
+          warmup_time=1.323013198700724, wall_time=75.92517021330872),
+     dict(item_id=20697959370, step=341119350, staleness=10365930, since_last_use=-7842780),
+     7842780),
+    (dict(rollouts=5000, delta=0.5, positive_rate=0.3, seed=3),
+     dict(steps=189, samples_consumed=11400, compute_per_update=4.005079365079366,
+          trainer_idle_fraction=0.0, worker_idle_fraction=0.0,
+          warmup_time=1.1400000000000001, wall_time=95.76000000000003),
+     dict(item_id=204469859164, step=8198791650, staleness=680831446,
+          since_last_use=98423086),
+     41934763),
+    (dict(rollouts=3000, sampling="without_replacement", gen_jitter=0.3, seed=5),
+     dict(steps=111, samples_consumed=6720, compute_per_update=4.023903728867303,
+          trainer_idle_fraction=0.0, worker_idle_fraction=0.0,
+          warmup_time=1.5342912964278848, wall_time=57.36595553446172),
+     dict(item_id=42587398320, step=1674776880, staleness=170282770, since_last_use=24761347),
+     12518676),
+    (dict(trainers=1, mu=2.0, buffer_size=120, rollouts=3000, lifo=True, chunk=13),
+     dict(steps=48, samples_consumed=2940, compute_per_update=7.063194444444445,
+          trainer_idle_fraction=0.0, worker_idle_fraction=0.6585225969258982,
+          warmup_time=0.43333333333333335, wall_time=48.86666666666667),
+     dict(item_id=8674595780, step=139038480, staleness=4771740, since_last_use=-4323270),
+     4323270),
+]
+
+
+@pytest.mark.parametrize("kw, scalars, use_sums, ratio_sum", REGRESSION)
+def test_bitwise_equal_to_the_code_before_the_refactoring(kw, scalars, use_sums, ratio_sum):
+    res = simulate_pipeline(**{**BASE, **kw})
+    for name, value in scalars.items():
+        assert getattr(res, name) == value, name  # exact: same operations in the same order
+    weight = np.arange(1, res.samples_consumed + 1)
+    assert {k: int(np.sum(weight * res.uses[k])) for k in use_sums} == use_sums
+    assert int(np.sum(np.arange(1, res.replay_ratios.size + 1) * res.replay_ratios)) == ratio_sum

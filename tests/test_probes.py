@@ -1,7 +1,11 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from replaytheory.probes import SCHEMA, ProbeSet
+from replaytheory.probes import OPTIONAL_TABLES, SCHEMA, ProbeSet
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def example():
@@ -43,3 +47,37 @@ def test_validation_errors():
 def test_extend():
     a, b = example(), example()
     assert a.extend(b).n_rows("noise") == 8
+
+
+def reuse_rows(n=3):
+    table = {c: np.arange(n, dtype=float) + 1 for c in SCHEMA["reuse"]}
+    contrib = {c: np.full(n, 0.5) for c in SCHEMA["contribution"]}
+    return {"reuse": table, "contribution": contrib}
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".jsonl"])
+def test_optional_tables_round_trip(tmp_path, suffix):
+    p = example()
+    p = ProbeSet({**p.tables, **reuse_rows()}, p.counts)
+    path = str(tmp_path / f"probes{suffix}")
+    p.save(path)
+    q = ProbeSet.load(path)
+    for name in OPTIONAL_TABLES:
+        assert q.n_rows(name) == 3
+        for c, col in p.tables[name].items():
+            np.testing.assert_array_equal(q.tables[name][c], col)
+
+
+def test_files_without_the_optional_tables(tmp_path):
+    # a run without the reuse probes writes no arrays for them, and such files load
+    path = str(tmp_path / "old.npz")
+    example().save(path)
+    with np.load(path) as z:
+        assert not [k for k in z.files if k.split("/")[0] in OPTIONAL_TABLES]
+    q = ProbeSet.load(path)
+    assert all(q.n_rows(name) == 0 for name in OPTIONAL_TABLES)
+    assert set(q.tables["reuse"]) == set(SCHEMA["reuse"])
+    committed = ProbeSet.load(REPO / "results" / "cpu_sweep" / "calibration" / "grpo_seed0.npz")
+    assert committed.n_rows("noise") > 0 and committed.n_rows("reuse") == 0
+    with pytest.raises(ValueError, match="lacks"):
+        ProbeSet({"reuse": {"gap": np.zeros(2)}})

@@ -9,6 +9,7 @@ from replaytheory import QuadraticProblem, TabularProblem, simulate_replay
 from replaytheory.buffer import ReplayIndex, sync_fifo_slots
 from replaytheory.probe_measure import measure_probe
 from replaytheory.replay_sim import interpolate_curves
+from replaytheory.sim_tabular import LOSSES
 
 SLOW = dict(deadline=None, phases=(Phase.explicit, Phase.generate))
 
@@ -84,7 +85,14 @@ def test_quadratic_rejects_a_coupling_that_is_no_covariance():
     QuadraticProblem(rho=0.1).check_cell(32 * 16, 16, 16)  # valid: no error
 
 
-@pytest.mark.parametrize("loss", ["grpo_clip", "unclipped", "truncated", "asymre"])
+def test_tabular_losses_carry_the_harness_names():
+    # the simulator and llm_experiments.losses name the same objectives alike (the harness is
+    # not imported here: it needs torch)
+    assert LOSSES == ("grpo", "grpo_unclipped", "grpo_truncated", "asymre")
+    assert TabularProblem().loss == "grpo"
+
+
+@pytest.mark.parametrize("loss", LOSSES)
 def test_tabular_losses_learn(loss):
     prob = TabularProblem(loss=loss, n_prompts=16)
     res = simulate_replay(prob, [(128, 64, 32)], steps=300, lrs=[8.0], seeds=2)
@@ -152,7 +160,8 @@ def test_bad_problem_parameters():
                      ({"kappa": 2}, "kappa"), ({"dim": 0}, "dim")]:
         with pytest.raises(ValueError, match=name):
             QuadraticProblem(**kw)
-    for kw, name in [({"loss": "ppo"}, "loss"), ({"clip": 0}, "clip"),
+    for kw, name in [({"loss": "ppo"}, "loss"), ({"loss": "grpo_clip"}, "loss"),
+                     ({"clip": 0}, "clip"),
                      ({"reward_model": "dense"}, "reward_model"),
                      ({"reward_beta": (0, 1)}, "reward_beta"), ({"group_size": 1}, "group_size")]:
         with pytest.raises(ValueError, match=name):

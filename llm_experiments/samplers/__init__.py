@@ -2,7 +2,9 @@
 
 A sampler turns prompts (token ids) into completions and returns, for every sampled token, the
 log-probability of that token under exactly the distribution it was drawn from (temperature and
-nucleus truncation included; no other logits processor). It holds its own copy of the weights,
+nucleus truncation included; no other logits processor). The trainer scores the full softmax
+at the temperature, so ``sampler.top_p`` < 1 is accepted only for losses without an importance
+ratio (``config.check_resolved``). It holds its own copy of the weights,
 refreshed by ``WeightUpdate`` messages, so that it could live in another process.
 """
 
@@ -12,6 +14,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+
+# The sampler backends (``sampler.backend``): torch with a KV cache, or a vLLM engine.
+BACKENDS = ("hf", "vllm")
 
 
 @dataclass

@@ -13,6 +13,10 @@ from typing import Protocol
 import numpy as np
 
 
+# The tasks ``make_task`` builds (``task.name``).
+TASKS = ("addition", "reasoning_gym", "math")
+
+
 @dataclass(frozen=True)
 class Problem:
     """pid: unique id within the task; prompt: text given to the model; answer: reference."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replaytheory import _validate as v
+from replaytheory import checks as v
 
 from . import Problem
 

@@ -32,8 +32,10 @@ class ReasoningGymTask(ListTask):
     def __init__(self, rg_name: str, rg_config: dict, size: int, eval_size: int,
                  eval_seed: int, prompt_field: str = "question",
                  prompt_template: str = "{problem}"):
-        # Importing reasoning_gym writes a matplotlib cache under $HOME unless told otherwise.
-        os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="mpl-"))
+        # Importing reasoning_gym writes a matplotlib cache under $HOME unless told otherwise;
+        # one fixed folder, so repeated runs do not leave a new temp folder each.
+        os.environ.setdefault("MPLCONFIGDIR",
+                              os.path.join(tempfile.gettempdir(), "llm_experiments-mpl"))
         try:
             import reasoning_gym
         except ImportError:

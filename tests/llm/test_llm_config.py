@@ -1,7 +1,11 @@
+import dataclasses
+import subprocess
+import sys
+
 import pytest
 
-from llm_experiments.config import (Config, differences, from_dict, load_config, parse_override,
-                                    read_config, save_config)
+from llm_experiments.config import (SECTIONS, Config, differences, from_dict, load_config,
+                                    parse_override, read_config, save_config)
 
 
 def test_shipped_configs_load():
@@ -25,9 +29,14 @@ def test_overrides_are_typed():
 @pytest.mark.parametrize("override, message", [
     ("trainer.lrr=1", "unknown config key trainer.lrr"),
     ("trainr.lr=1", "unknown config section 'trainr'"),
-    ("trainer.lr=abc", "trainer.lr must be a real number"),
+    ("trainer.lr=abc", "trainer.lr must be in (0, inf); got 'abc', not a real number"),
     ("trainer.lr=-1", "trainer.lr must be in (0, inf)"),
-    ("run.steps=2.5", "run.steps must be an integer"),
+    ("run.steps=2.5", "run.steps must be an integer >= 1, got 2.5"),
+    ("run.steps=abc", "run.steps must be an integer >= 1, got 'abc'"),
+    ("run.steps=-5", "run.steps must be an integer >= 1, got -5"),
+    ("task.digits=10", "task.digits must be an integer in [1, 9], got 10"),
+    ("eval.pass_k=[1, 0]", "eval.pass_k[1] must be an integer >= 1, got 0"),
+    ("run.device=gpu", "run.device must be 'cpu', 'cuda' or 'cuda:N'"),
     ("buffer.delta=1.0", "buffer.delta must be in [0, 1)"),
     ("buffer.sampling=random", "buffer.sampling must be one of"),
     ("run.progress=maybe", "run.progress must be true or false"),
@@ -39,6 +48,70 @@ def test_bad_input_names_the_key(override, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")
                        .replace("[", r"\[").replace("]", r"\]")):
         load_config("cpu_tiny", [override])
+
+
+def _numeric_fields():
+    """(section.key, its check) of every numeric config field."""
+    return [(f"{name}.{f.name}", f.metadata["check"]) for name, cls in SECTIONS.items()
+            for f in dataclasses.fields(cls)
+            if type(getattr(cls(), f.name)) in (int, float)]
+
+
+@pytest.mark.parametrize("key, check", _numeric_fields())
+def test_a_wrong_type_and_a_value_out_of_range_report_the_same_range(key, check):
+    """One line naming the key and the range stated beside the field, whatever is wrong."""
+    messages = []
+    for bad in ("abc", [1], -10**9, 10**9, -1e300, 1e300, float("nan")):
+        try:
+            check(key, bad)
+        except ValueError as exc:
+            messages.append(str(exc))
+    assert len(messages) >= 3 and all(m.startswith(key + " ") for m in messages)
+    ranges = {m.split(" got ")[0].rstrip(",; ") for m in messages}
+    assert len(ranges) == 1, ranges
+    assert not any(str(2**62) in m or "\n" in m for m in messages)
+
+
+def test_import_stays_light_and_choices_come_from_their_owners():
+    code = ("import sys, llm_experiments.config as c; assert 'torch' not in sys.modules; "
+            "c.load_config('cpu_tiny')")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    from llm_experiments.losses import LOSSES
+    from llm_experiments.samplers import BACKENDS
+    from llm_experiments.schedule import MODES
+    from llm_experiments.tasks import TASKS
+    from replaytheory.buffer import SAMPLING_MODES
+    for key, names in (("trainer.loss", LOSSES), ("sampler.backend", BACKENDS),
+                       ("schedule.mode", MODES), ("task.name", TASKS),
+                       ("buffer.sampling", SAMPLING_MODES)):
+        with pytest.raises(ValueError, match=f"{key} must be one of {sorted(names)}".replace(
+                "[", r"\[").replace("]", r"\]")):
+            load_config("cpu_tiny", [f"{key}=nonsense"])
+
+
+@pytest.mark.parametrize("loss", ["grpo", "grpo_unclipped", "grpo_truncated"])
+def test_top_p_below_one_is_refused_for_ratio_losses(loss):
+    """The sampler's log-probs include the nucleus renormalisation, the trainer's do not: a
+    ratio-based loss would see a fresh sample's ratio below 1."""
+    with pytest.raises(ValueError, match=f"sampler.top_p \\(0.9\\) must be 1 with "
+                                         f"trainer.loss={loss}.*trainer.loss=asymre"):
+        load_config("cpu_tiny", ["sampler.top_p=0.9", f"trainer.loss={loss}"])
+    assert load_config("cpu_tiny", ["sampler.top_p=0.9", "trainer.loss=asymre"]).sampler.top_p \
+        == 0.9
+
+
+def test_resume_needs_an_earlier_run(tmp_path, monkeypatch, capsys):
+    """``run --out NEW --resume`` fails with one line instead of starting a fresh run."""
+    from llm_experiments import cli, experiment
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a run was started")
+    monkeypatch.setattr(experiment, "Experiment", no_run)
+    out = tmp_path / "new"
+    assert cli.main(["run", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --resume:") and "no run to resume" in err
+    assert err.count("\n") == 1 and not out.exists()
 
 
 def test_cross_checks():

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from llm_experiments.buffer import Rollout
-from llm_experiments.losses import (clipped_mean_grad, collate, per_sample_grads, policy_loss,
-                                    token_logprobs)
+from llm_experiments.gradients import clipped_mean_grad, per_sample_grads
+from llm_experiments.losses import collate, policy_loss, token_logprobs
 from llm_experiments.metrics import MetricsLog, pass_at_k, read_jsonl, summarize
 from llm_helpers import tiny_policy
 

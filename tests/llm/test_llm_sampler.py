@@ -74,3 +74,27 @@ def test_greedy_matches_argmax(policy):
             nxt = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
         assert nxt == gen.tokens[0, k]
         ids.append(nxt)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.5])
+def test_fresh_sample_ratio_under_the_trainers_logprobs(policy, top_p):
+    """With top_p = 1 the trainer's log-probs (``losses.batch_logprobs``) give a fresh sample
+    a ratio of 1; with top_p < 1 the behaviour log-probs include the nucleus renormalisation
+    and the ratio falls below 1, which is why the config refuses top_p < 1 for ratio-based
+    losses (``config.check_resolved``)."""
+    from llm_experiments.buffer import Rollout
+    from llm_experiments.losses import batch_logprobs, collate
+    model, tok = policy
+    s = HFSampler(model, tok.eos_token_id, tok.pad_token_id, direct=False)
+    ps = prompts(tok, ["12+34=", "1+2="] * 4)
+    gen = s.generate(ps, max_new_tokens=6, temperature=1.0, top_p=top_p, seed=5)
+    batch = collate([Rollout(i, 0, 0, 0, np.array(p, np.int32), gen.completion(i),
+                             gen.logprobs[i, :gen.lengths[i]], 0.0, 0.0)
+                     for i, p in enumerate(ps)], tok.pad_token_id)
+    with torch.no_grad():
+        logp, _ = batch_logprobs(model, batch, 1.0)
+    log_ratio = ((logp - batch.old_logp) * batch.mask).sum(1).numpy()
+    if top_p == 1.0:
+        np.testing.assert_allclose(log_ratio, 0.0, atol=1e-4)
+    else:
+        assert np.all(log_ratio <= 1e-5) and log_ratio.min() < -1e-3

@@ -1,4 +1,4 @@
-"""Paired analysis of a sweep: cells, scores at a given mu, and the reference comparisons.
+"""The cells of a sweep and their scores: which cells exist, and how each is scored at a mu.
 
 Everything the validation, the claims report and the figures share: which cells exist (the
 synchronous (x, y) grid, on-policy, positive bias, stale weights without replay), how a cell
@@ -22,7 +22,8 @@ from .results import Run, by_cell, score_table
 
 # Fixed before the sweep ran: the warm start sits at 0.31 and 300 steps reach 0.6-0.7.
 TARGET = 0.55
-# The issue's bar: below it the grid disagrees with itself too much to judge a prediction.
+# Fixed before the sweep ran: below it the grid disagrees with itself too much to judge a
+# prediction.
 GATE_THRESHOLD = 0.9
 
 

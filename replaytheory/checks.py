@@ -1,7 +1,9 @@
-"""Argument checks shared by every public entry point.
+"""Input checks shared by every public entry point (not scientific validation: that is
+``validate_sim`` and ``llm_experiments.validation``).
 
-Each check raises ``ValueError`` whose message names the parameter, the value received and
-the allowed range, so that a CLI can print it as a one-line error.
+Each check raises ``ValueError`` whose message names the parameter, the allowed range and the
+value received, so that a CLI can print it as a one-line error. A value of the wrong type and
+a value out of range get the same range in their messages.
 """
 
 from __future__ import annotations
@@ -19,16 +21,16 @@ def _fmt(value) -> str:
 def real(name: str, value, lo: float = -math.inf, hi: float = math.inf, *,
          lo_open: bool = False, hi_open: bool = False) -> float:
     """Return ``value`` as a finite float inside [lo, hi] (open ends as asked), else raise."""
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-        raise ValueError(f"{name} must be a real number, got {_fmt(value)}")
-    v = float(value)
     left = "(" if lo_open or math.isinf(lo) else "["
     right = ")" if hi_open or math.isinf(hi) else "]"
-    rng = f"{left}{lo:g}, {hi:g}{right}"
+    what = f"{name} must be in {left}{lo:g}, {hi:g}{right}"
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise ValueError(f"{what}; got {_fmt(value)}, not a real number")
+    v = float(value)
     if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, in {rng}; got {v!r}")
+        raise ValueError(f"{what}; got {v!r}, not finite")
     if v < lo or v > hi or (lo_open and v == lo) or (hi_open and v == hi):
-        raise ValueError(f"{name} must be in {rng}; got {v!r}")
+        raise ValueError(f"{what}; got {v!r}")
     return v
 
 
@@ -47,19 +49,32 @@ def unit_interval(name: str, value) -> float:
     return real(name, value, 0.0, 1.0)
 
 
-def integer(name: str, value, lo: int = -(2**62), hi: int = 2**62) -> int:
-    """An integer in [lo, hi]; floats with an integral value are accepted, others rejected."""
+def integer_range(lo: int | None = None, hi: int | None = None) -> str:
+    """The words for the integers in [lo, hi] (None = unbounded on that side)."""
+    if lo is None and hi is None:
+        return "an integer"
+    if hi is None:
+        return f"an integer >= {lo}"
+    if lo is None:
+        return f"an integer <= {hi}"
+    return f"an integer in [{lo}, {hi}]"
+
+
+def integer(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer in [lo, hi] (None = unbounded); floats with an integral value are accepted,
+    others rejected."""
+    what = f"{name} must be {integer_range(lo, hi)}"
     if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        raise ValueError(f"{what}, got {value!r}")
     if isinstance(value, (numbers.Integral, np.integer)):
         v = int(value)
     elif isinstance(value, (numbers.Real, np.floating)) and math.isfinite(float(value)) \
             and float(value).is_integer():
         v = int(value)
     else:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {_fmt(value)}")
-    if v < lo or v > hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v}")
+        raise ValueError(f"{what}, got {_fmt(value)}")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ValueError(f"{what}, got {v}")
     return v
 
 

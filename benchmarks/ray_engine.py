@@ -1,0 +1,133 @@
+"""The Ray engine against the model and against the serial harness (issue 12, items 3 and 6).
+
+``python -m benchmarks.ray_engine [--steps 120] [--workers 1] [--trainers 1] [--threads 1]``
+
+One Ray run of the cpu_tiny model (schedule.engine=ray, W sampler and T trainer actors, FIFO
+buffer of N = buffer.capacity, no probes, evaluation only at the ends), then:
+
+1. histograms (theory.md section 2): staleness, replay ratio and steps since last use of the
+   Ray run against ``replaytheory.pipeline_sim.simulate_pipeline`` for the same (W, T, N,
+   chunk, refresh) at two values of mu: ``mu_measured`` (seconds generating B rollouts over
+   seconds of one update, compute only) and ``mu_effective`` = B W / (T R), R the rollouts
+   the run really made per step (every overhead included: weight transfer, the driver,
+   scheduling, CPU contention); and against the emulated engine run at
+   ``mu_accounting = mu_effective`` (its rate, B W / (T mu), is then the Ray run's).
+   Reported: mean and quantiles 0.1 / 0.5 / 0.9 of each histogram, and their differences.
+2. throughput: samples trained and generated per second in the steady state (from the first
+   logged step to the last; start-up and the two evaluations excluded) of the Ray run and of
+   the emulated (serial) engine making the same rollouts per step, side by side.
+
+Writes ``benchmarks/results/ray_engine.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+import numpy as np
+
+from benchmarks.common import print_table, write_result
+
+CACHE = os.environ.get("LLM_EXPERIMENTS_CACHE") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache")
+QUANTILES = (0.1, 0.5, 0.9)
+
+
+def hist_summary(hist: dict) -> dict:
+    """Mean and quantiles of a {value: count} histogram (the "new" bin of steps since last use
+    is left out and reported as ``new_fraction``)."""
+    counts = {k: v for k, v in hist.items() if k != "new"}
+    values = np.repeat([float(k) for k in counts], [int(v) for v in counts.values()])
+    total = sum(hist.values())
+    out = {"count": int(total), "mean": float(values.mean()) if values.size else None}
+    for q in QUANTILES:
+        out[f"q{int(q * 100)}"] = float(np.quantile(values, q)) if values.size else None
+    if "new" in hist:
+        out["new_fraction"] = hist["new"] / total
+    return out
+
+
+def steady_rate(records: list[dict]) -> dict:
+    """Samples trained and generated per second between the first and last step records."""
+    rows = [r for r in records if r.get("samples_consumed") is not None]
+    a, b = rows[1], rows[-2]  # after the first step (start-up), before the final evaluation
+    wall = b["wall_time"] - a["wall_time"]
+    return {"seconds": wall, "steps": b["step"] - a["step"],
+            "trained_per_s": (b["samples_consumed"] - a["samples_consumed"]) / wall,
+            "generated_per_s": (b["samples_generated"] - a["samples_generated"]) / wall}
+
+
+def run(out: str, overrides: list[str]) -> tuple[dict, list[dict]]:
+    """A run of cpu_tiny with ``overrides`` into ``out``: (summary, metrics records)."""
+    from llm_experiments.config import load_config
+    from llm_experiments.experiment import run_experiment
+    from llm_experiments.metrics import read_jsonl
+    summary = run_experiment(load_config("cpu_tiny", overrides), out)
+    return summary, read_jsonl(os.path.join(out, "metrics.jsonl"))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--trainers", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    from replaytheory.pipeline_sim import simulate_pipeline
+    common = [f"run.steps={args.steps}", f"eval.every={args.steps}", "eval.pass_k_problems=0",
+              "probe.every=0", "run.progress=false", f"run.threads={args.threads}",
+              f"run.cache_dir={CACHE}", "schedule.mode=async",
+              f"schedule.workers={args.workers}", f"schedule.trainers={args.trainers}",
+              f"run.checkpoint_every={args.steps}"]
+    tmp = tempfile.mkdtemp(prefix="ray_engine_bench_")
+    ray_sum, ray_rec = run(os.path.join(tmp, "ray"), common + ["schedule.engine=ray"])
+    sc_b = 64  # cpu_tiny's schedule.batch_size
+    n = 512  # cpu_tiny's buffer.capacity
+    rate = ray_sum["samples_generated"] / ray_sum["steps"]
+    mu_eff = sc_b * args.workers / (args.trainers * rate)
+    chunk = ray_sum["schedule"]["chunk_groups"] * 8
+    sims = {}
+    for name, mu in (("sim_mu_measured", ray_sum["mu_measured"]), ("sim_mu_effective", mu_eff)):
+        res = simulate_pipeline(workers=args.workers, trainers=args.trainers, mu=mu,
+                                batch_size=sc_b, buffer_size=n,
+                                rollouts=ray_sum["samples_generated"], chunk=chunk)
+        sims[name] = {"mu": mu, "steps": res.steps, "histograms": res.histograms}
+    emu_sum, emu_rec = run(os.path.join(tmp, "emulated"),
+                           common + [f"schedule.mu_accounting={mu_eff:.6g}"])
+    sources = {"ray": {"mu": ray_sum["mu_measured"], "steps": ray_sum["steps"],
+                       "histograms": ray_sum["histograms"]},
+               **sims,
+               "emulated": {"mu": mu_eff, "steps": emu_sum["steps"],
+                            "histograms": emu_sum["histograms"]}}
+    table, hist = [], {}
+    for src, data in sources.items():
+        hist[src] = {axis: hist_summary(h) for axis, h in data["histograms"].items()}
+        for axis, s in hist[src].items():
+            table.append({"source": src, "axis": axis, "mu": data["mu"], **s})
+    diffs = {src: {axis: {k: (None if hist[src][axis][k] is None or hist["ray"][axis][k] is None
+                              else hist[src][axis][k] - hist["ray"][axis][k])
+                          for k in ("mean", "q10", "q50", "q90")}
+                   for axis in hist["ray"]} for src in hist if src != "ray"}
+    print_table(table, ["source", "axis", "mu", "count", "mean", "q10", "q50", "q90"])
+    throughput = {"ray": steady_rate(ray_rec), "emulated_serial": steady_rate(emu_rec)}
+    throughput["ratio_trained"] = throughput["ray"]["trained_per_s"] / \
+        throughput["emulated_serial"]["trained_per_s"]
+    throughput["ratio_generated"] = throughput["ray"]["generated_per_s"] / \
+        throughput["emulated_serial"]["generated_per_s"]
+    print(throughput)
+    path = write_result("ray_engine", {
+        "args": vars(args), "mu_measured": ray_sum["mu_measured"], "mu_effective": mu_eff,
+        "rollouts_per_step": rate, "busy_seconds": ray_sum["busy_seconds"],
+        "idle_seconds": ray_sum["idle_seconds"], "histogram_summaries": hist,
+        "differences_vs_ray": diffs, "throughput": throughput,
+        "accuracy": {"ray": [ray_sum["warm_start_accuracy"], ray_sum["best_eval_accuracy"]],
+                     "emulated": [emu_sum["warm_start_accuracy"],
+                                  emu_sum["best_eval_accuracy"]]}})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

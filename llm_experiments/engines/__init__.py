@@ -1,0 +1,13 @@
+"""Engines that run the W workers / T trainers system (``schedule.engine``).
+
+* ``emulated`` (default): one process, one CPU stream, deterministic (``experiment.py``):
+  production follows ``schedule.Production`` (rates from ``schedule.mu_accounting``, a fixed
+  latency), no real concurrency; bitwise reproducible and resumable.
+* ``ray``: real concurrency on a Ray cluster (``ray_engine.py``): W sampler actors, one buffer
+  actor, T trainer actors in one torch.distributed group; the production rate, the latency
+  and therefore the staleness come from the clock. Needs the ``ray`` package (the ``ray``
+  extra); this package does not import it.
+"""
+
+# ``schedule.engine`` is one of these.
+ENGINES = ("emulated", "ray")

@@ -1,0 +1,659 @@
+"""The asynchronous system of theory.md sections 1-3 with real concurrency, on Ray.
+
+Processes (Ray actors; one placement group sized from the config, one bundle per sampler and
+per trainer, PACK strategy):
+
+* W ``SamplerWorker`` actors, each with its own copy of the policy (the HF sampler on CPU or
+  GPU, or vLLM, ``samplers.make_sampler``): a call makes ``chunk_groups`` prompt groups with
+  the newest published weights, graded, advantages computed once per group (section 6); every
+  rollout carries the version (trainer step) of the weights that made it, so staleness is
+  exact.
+* one ``BufferHolder`` actor holding the existing ``RolloutBuffer`` (FIFO capacity N, every
+  sampling mode, one shard per trainer, delta, the LIFO queue): the only copy of the replay
+  index, so its histograms are those of the run.
+* T ``TrainerRank`` actors in one torch.distributed group (gloo on CPU, NCCL on GPU): rank k
+  draws B/T rollouts from shard k and the gradients are averaged by one all-reduce before the
+  norm clip, which is what DDP computes (DDP itself would need every forward to go through
+  its wrapper, and the direct forward of ``direct.py`` drives the layers itself).
+
+The driver (``RayRun``, the ``run`` process) hands out the work and keeps the books: it
+draws the prompts (the run's generator), gives each sampler the object-store reference of the
+newest weights when it starts a chunk (a sampler never changes weights inside a chunk),
+passes each finished chunk to the buffer by reference (the rollouts never go through the
+driver), starts a trainer step as soon as every shard can give its part, evaluates the
+weights theta_t while step t runs, logs and checkpoints. Trainer rank 0 publishes its weights
+to the object store every ``schedule.refresh_every`` steps. With the LIFO queue a sampler
+waits while the queue could not take its chunk (nothing is made only to be evicted).
+
+Not bitwise: which rollouts a step draws depends on the clock. A checkpoint holds weights,
+optimizer, buffer, counters and the driver's generator; ``--resume`` continues from it with
+new actors (chunks in flight at the kill are lost, their item ids skipped) and the metrics log
+cut back to the checkpoint, so no line is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import numpy as np
+import ray
+import torch
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from replaytheory.io import write_json
+
+from .. import checkpoint
+from ..buffer import RolloutBuffer
+from ..config import Config
+from ..direct import supports
+from ..experiment import PolicyTrainer, grade_rollouts
+from ..kernels import use_onednn_linear
+from ..metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
+from ..models import encode_prompt, load_policy, param_count
+from ..samplers import WeightUpdate, make_sampler
+from ..schedule import ComputeClock
+from ..seeds import BUFFER_STREAM, EVAL_STREAM, derived_seed
+from ..tasks import make_task
+
+# Seconds without any actor finishing its work before the run stops with an error naming what
+# it waited for (a hang is never silent); one chunk or step of a large model must fit in it.
+STALL_SECONDS = float(os.environ.get("LLM_EXPERIMENTS_RAY_STALL_SECONDS", 900))
+# Environment the actors need that a remote node would not inherit.
+PASSED_ENV = ("LLM_EXPERIMENTS_CACHE", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_OFFLINE",
+              "TRANSFORMERS_OFFLINE", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE")
+
+
+def _policy(cfg: Config):
+    """(task, model, tokenizer, direct) as ``Experiment`` builds them, in this process."""
+    torch.set_num_threads(cfg.run.threads)
+    task = make_task(cfg.task)
+    model, tokenizer = load_policy(cfg, task)
+    if cfg.run.fast_kernels:
+        use_onednn_linear(model)
+    return task, model, tokenizer, cfg.run.direct_forward and supports(model)
+
+
+def cpu_state(model) -> dict:
+    """A CPU copy of the model's weights (what is published to the object store)."""
+    return {k: t.detach().to("cpu", copy=True) for k, t in model.state_dict().items()}
+
+
+@dataclass
+class ChunkReport:
+    """Sampler -> driver, for one chunk: rollouts made, seconds generating (``gen_seconds``)
+    and in the whole call (``busy_seconds``), tokens, and the sum of the rewards."""
+
+    rollouts: int
+    gen_seconds: float
+    busy_seconds: float
+    tokens: int
+    reward_sum: float
+
+
+@dataclass
+class StepReport:
+    """Trainer rank -> driver, for one step: loss statistics of its shard, mean reward of its
+    draw, seconds training (``train_seconds``) and in the whole call, tokens trained."""
+
+    stats: dict
+    batch_reward: float
+    train_seconds: float
+    busy_seconds: float
+    tokens: int
+
+
+class SamplerWorker:
+    """A sampler actor: its own policy copy, refreshed between chunks (module docstring)."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.task, model, self.tokenizer, _ = _policy(cfg)
+        self.sampler = make_sampler(cfg, model, self.tokenizer)
+        self._prompts: dict[int, list[int]] = {}
+
+    def encode(self, problem) -> list[int]:
+        """Prompt token ids of a problem (cached per problem id)."""
+        if problem.pid not in self._prompts:
+            self._prompts[problem.pid] = encode_prompt(self.tokenizer, problem.prompt,
+                                                       self.cfg.task.chat_template)
+        return self._prompts[problem.pid]
+
+    def produce(self, problems, version: int, weights: dict | None, seed: int,
+                first_item: int, first_group: int):
+        """Rollouts of ``problems`` (G each) with weights ``version`` (``weights``: that
+        version's state, None if this sampler holds it already); returns (ChunkReport,
+        rollouts)."""
+        t0 = time.perf_counter()
+        if weights is not None:
+            self.sampler.load_weights(WeightUpdate(version, weights))
+        s, g = self.cfg.sampler, self.cfg.schedule.group_size
+        prompts = [self.encode(p) for p in problems for _ in range(g)]
+        t1 = time.perf_counter()
+        gen = self.sampler.generate(prompts, max_new_tokens=s.max_new_tokens,
+                                    temperature=s.temperature, top_p=s.top_p, seed=seed)
+        gen_seconds = time.perf_counter() - t1
+        rollouts = grade_rollouts(self.cfg, self.task, self.tokenizer, self.encode, problems,
+                                  gen, version, first_item, first_group)
+        report = ChunkReport(len(rollouts), gen_seconds, time.perf_counter() - t0,
+                             int(sum(len(p) for p in prompts) + gen.lengths.sum()),
+                             float(sum(r.reward for r in rollouts)))
+        return report, rollouts
+
+
+class BufferHolder:
+    """The buffer actor: the run's only ``RolloutBuffer``, its batch draws, and the three axes
+    of each step (``RolloutBuffer.step_stats``) once every shard has given its part."""
+
+    def __init__(self, cfg: Config, state: dict | None = None):
+        self.batch_size = cfg.schedule.batch_size
+        self.rng = np.random.default_rng(derived_seed(cfg.run.seed, 0, BUFFER_STREAM))
+        if state is None:
+            self.buffer = RolloutBuffer.for_config(cfg)
+        else:
+            self.buffer = RolloutBuffer.from_state_dict(state["buffer"])
+            self.rng.bit_generator.state = state["rng"]
+        self.draws: dict[int, int] = {}
+        self.stats: dict[int, dict] = {}
+
+    def add(self, rollouts: list, insert_step: int) -> int:
+        """Insert rollouts at trainer step ``insert_step``; returns the rollouts held."""
+        self.buffer.add(rollouts, insert_step=insert_step)
+        return len(self.buffer)
+
+    def ready(self) -> bool:
+        """Whether every shard can give its part of a batch."""
+        return self.buffer.can_sample(self.batch_size)
+
+    def size(self) -> int:
+        """Rollouts held."""
+        return len(self.buffer)
+
+    def sample(self, n: int, step: int, shard: int) -> list:
+        """Trainer ``shard``'s ``n`` rollouts for step ``step``."""
+        batch = self.buffer.sample_shard(n, step, self.rng, shard)
+        self.draws[step] = self.draws.get(step, 0) + 1
+        if self.draws[step] == self.buffer.index.shards:
+            self.stats[step] = self.buffer.step_stats()
+            del self.draws[step]
+        return batch
+
+    def pop_stats(self, step: int) -> dict:
+        """The staleness / reuse statistics of step ``step`` (once)."""
+        return self.stats.pop(step)
+
+    def histograms(self) -> dict:
+        """The three histograms of section 2 over the run."""
+        return self.buffer.index.histograms()
+
+    def state_dict(self) -> dict:
+        """Buffer and generator state (for checkpoints)."""
+        return {"buffer": self.buffer.state_dict(), "rng": self.rng.bit_generator.state}
+
+
+class TrainerRank(PolicyTrainer):
+    """One of T data-parallel trainer actors (module docstring): ``PolicyTrainer``'s update on
+    its shard, gradients averaged over the group."""
+
+    def __init__(self, cfg: Config, rank: int, buffer, model_state: dict | None,
+                 opt_state: dict | None):
+        self.cfg, self.rank, self.world, self.buffer = cfg, rank, cfg.schedule.trainers, buffer
+        self.device = torch.device(cfg.run.device)
+        _, self.model, self.tokenizer, self.direct = _policy(cfg)
+        if model_state is not None:
+            self.model.load_state_dict(model_state)
+        self.setup_update()
+        if opt_state is not None:
+            self.opt.load_state_dict(opt_state)
+        self.clock = ComputeClock(param_count(self.model), cfg.schedule.batch_size)
+
+    def address(self) -> tuple[str, int]:
+        """(IP, free port) where rank 0 hosts the process group's rendezvous."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def join(self, host: str, port: int) -> None:
+        """Join the trainers' process group (gloo on CPU, NCCL on GPU)."""
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        torch.distributed.init_process_group(backend, init_method=f"tcp://{host}:{port}",
+                                             rank=self.rank, world_size=self.world,
+                                             timeout=timedelta(seconds=STALL_SECONDS))
+
+    def reduce_gradients(self) -> None:
+        """Average the gradient over the T ranks: one all-reduce of the flat gradient, so
+        every rank applies the same update (what DDP computes)."""
+        if self.world == 1:
+            return
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in params])
+        torch.distributed.all_reduce(flat)
+        flat /= self.world
+        offset = 0
+        for p in params:
+            p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+
+    def step(self, step: int, publish: bool):
+        """Draw this rank's B/T rollouts for ``step`` from the buffer actor and update; returns
+        (StepReport, the new weights if ``publish`` else None)."""
+        t0 = time.perf_counter()
+        per = self.cfg.schedule.batch_size // self.world
+        rollouts = ray.get(self.buffer.sample.remote(per, step, self.rank))
+        before = self.clock.train_seconds
+        stats = self.train_step(rollouts, keep_grad=False)
+        report = StepReport({k: v for k, v in stats.items() if isinstance(v, (int, float))},
+                            float(np.mean([r.reward for r in rollouts])),
+                            self.clock.train_seconds - before, 0.0,
+                            int(sum(len(r.prompt) + len(r.completion) for r in rollouts)))
+        weights = cpu_state(self.model) if publish else None
+        report.busy_seconds = time.perf_counter() - t0
+        return report, weights
+
+    def weights(self) -> dict:
+        """The current weights (CPU copy)."""
+        return cpu_state(self.model)
+
+    def optimizer_state(self) -> dict:
+        """The optimizer state (for checkpoints; identical on every rank)."""
+        return self.opt.state_dict()
+
+
+def connect(address: str | None) -> bool:
+    """Join the Ray cluster at ``address`` (or ``$RAY_ADDRESS``), else start a local one;
+    nothing if this process is connected already. Returns whether this call connected (then
+    ``ray.shutdown`` is ours to call)."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None and "RAY_AUTH_TOKEN" not in os.environ \
+            and "RAY_AUTH_MODE" not in os.environ:
+        # A local cluster of our own: a token for this process tree only, instead of the
+        # token file Ray would write into the home directory.
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    ray.init(address=address, include_dashboard=False if address is None else None,
+             log_to_driver=True)
+    return True
+
+
+def bundles(cfg: Config) -> list[dict]:
+    """Placement-group bundles: one per sampler, then one per trainer; each gets
+    ``run.threads`` CPUs (a fair share of the cluster's if it has fewer) and, on a GPU
+    device, a GPU (a share of one; NCCL needs a whole GPU per trainer when T > 1)."""
+    sc = cfg.schedule
+    n = sc.workers + sc.trainers
+    total = ray.cluster_resources()
+    cpu = min(float(cfg.run.threads), total.get("CPU", 0.0) / n)
+    if cpu <= 0:
+        raise ValueError("the Ray cluster has no CPU for schedule.engine=ray")
+    bundle = {"CPU": round(cpu, 4)}
+    if cfg.run.device.startswith("cuda"):
+        gpu = min(1.0, total.get("GPU", 0.0) / n)
+        if gpu <= 0:
+            raise ValueError(f"run.device={cfg.run.device} but the Ray cluster has no GPU")
+        if sc.trainers > 1 and total.get("GPU", 0.0) < n:
+            raise ValueError(f"schedule.trainers={sc.trainers} on run.device={cfg.run.device}"
+                             f" needs a whole GPU per actor (NCCL), {n} in all; the cluster"
+                             f" has {total.get('GPU', 0.0):g}")
+        bundle["GPU"] = round(gpu, 4)
+    return [dict(bundle) for _ in range(n)]
+
+
+@dataclass
+class _Books:
+    """What the driver accounts across a run (checkpointed): the clock of generation and
+    training, id counters, busy seconds per actor and per driver phase, rewards of the rollouts
+    made since the last record."""
+
+    clock: ComputeClock
+    next_item: int = 0
+    next_group: int = 0
+    busy: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=lambda: {"startup_seconds": 0.0, "eval_seconds": 0.0,
+                                                  "checkpoint_seconds": 0.0,
+                                                  "data_wait_seconds": 0.0})
+    actors_up_seconds: float = 0.0  # actors' lifetime before this session
+    reward_sum: float = 0.0
+    reward_count: int = 0
+
+    def state_dict(self) -> dict:
+        """Plain-object state."""
+        return {**{k: v for k, v in vars(self).items() if k != "clock"},
+                "clock": self.clock.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict``'s output."""
+        self.clock.load_state_dict(state["clock"])
+        vars(self).update({k: v for k, v in state.items() if k != "clock"})
+
+
+class RayRun:
+    """The driver of a run on the Ray engine (module docstring). ``address``: see
+    ``connect``."""
+
+    def __init__(self, cfg: Config, out_dir: str, address: str | None = None):
+        self.cfg, self.out, self.address = cfg, out_dir, address
+        sc = cfg.schedule
+        # The driver's own copy of the policy: evaluation, and the warm start cached once
+        # before the actors load it.
+        self.task, model, self.tokenizer, _ = _policy(cfg)
+        self.evaluator = make_sampler(cfg, model, self.tokenizer)
+        self.initial = cpu_state(model)
+        self.eval_prompts = [encode_prompt(self.tokenizer, p.prompt, cfg.task.chat_template)
+                             for p in self.task.eval_problems]
+        self.books = _Books(ComputeClock(param_count(model), sc.batch_size))
+        self.rng = np.random.default_rng(cfg.run.seed)
+        self.mu_fixed = sc.mu_accounting if sc.mu_accounting > 0 else None
+        # Groups per sampler call: the simulator's chunk of B / W rollouts, whole groups.
+        self.chunk_groups = max(1, round(sc.batch_size / (sc.workers * sc.group_size)))
+        self.step, self.elapsed_before = 0, 0.0
+        self.tag = uuid.uuid4().hex[:8]
+
+    # ---- actors ---------------------------------------------------------------------------
+
+    def _start(self, state: dict | None) -> None:
+        """Placement group, buffer, samplers, trainers (from ``state`` if resuming)."""
+        cfg, sc = self.cfg, self.cfg.schedule
+        self.pg = placement_group(bundles(cfg), strategy="PACK")
+        try:
+            ray.get(self.pg.ready(), timeout=STALL_SECONDS)
+        except GetTimeoutError:
+            raise RuntimeError(f"the Ray cluster cannot place {sc.workers} sampler and "
+                               f"{sc.trainers} trainer actors ({bundles(cfg)[0]} each)") from None
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {"PYTHONPATH": os.pathsep.join(
+                   [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+               "OMP_NUM_THREADS": str(cfg.run.threads), "MKL_NUM_THREADS": str(cfg.run.threads),
+               **{k: os.environ[k] for k in PASSED_ENV if k in os.environ}}
+
+        def place(i: int, bundle: dict, name: str) -> dict:
+            return {"num_cpus": bundle["CPU"], "num_gpus": bundle.get("GPU", 0),
+                    "name": f"{self.tag}/{name}", "max_restarts": 0,
+                    "runtime_env": {"env_vars": env},
+                    "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                        self.pg, placement_group_bundle_index=i)}
+
+        b = bundles(cfg)
+        self.buffer = ray.remote(BufferHolder).options(
+            num_cpus=0, name=f"{self.tag}/buffer", runtime_env={"env_vars": env}).remote(
+            cfg, state["buffer"] if state else None)
+        self.samplers = [ray.remote(SamplerWorker).options(**place(i, b[i], f"sampler{i}"))
+                         .remote(cfg) for i in range(sc.workers)]
+        model_ref = ray.put(state["model"]) if state else None
+        opt_ref = ray.put(state["optimizer"]) if state else None
+        self.trainers = [ray.remote(TrainerRank).options(
+            **place(sc.workers + k, b[sc.workers + k], f"trainer{k}")).remote(
+            cfg, k, self.buffer, model_ref, opt_ref) for k in range(sc.trainers)]
+        host, port = self._get(self.trainers[0].address.remote(), "trainer0")
+        self._get([t.join.remote(host, port) for t in self.trainers], "trainers")
+        self.weights = {self.step: ray.put(state["model"] if state else self.initial)}
+        self.latest = self.step
+        self.sampler_version = [None] * sc.workers
+        self.in_flight: dict = {}  # ChunkReport ref -> (sampler, rollouts ref, groups)
+        self.blocked: set[int] = set()
+        self.start_time = time.perf_counter()
+        self.books.phases["startup_seconds"] += self.start_time - self.t_start
+
+    def _stop(self) -> None:
+        """Kill the actors and free the placement group."""
+        for actor in [*getattr(self, "samplers", []), *getattr(self, "trainers", []),
+                      *([self.buffer] if hasattr(self, "buffer") else [])]:
+            ray.kill(actor)
+        if hasattr(self, "pg"):
+            remove_placement_group(self.pg)
+
+    @staticmethod
+    def _get(refs, who: str):
+        """``ray.get`` that turns a dead actor into an error naming it."""
+        try:
+            return ray.get(refs, timeout=STALL_SECONDS)
+        except (ActorDiedError, ActorUnavailableError) as exc:
+            raise RuntimeError(f"Ray engine: {who} actor died ({type(exc).__name__}); the "
+                               f"run stops, continue it with --resume from its last "
+                               f"checkpoint") from exc
+        except GetTimeoutError:
+            raise RuntimeError(f"Ray engine: {who} gave no result in {STALL_SECONDS:g} s "
+                               f"(LLM_EXPERIMENTS_RAY_STALL_SECONDS)") from None
+
+    # ---- samplers -------------------------------------------------------------------------
+
+    def _dispatch(self, i: int, held: int | None = None) -> None:
+        """Start sampler ``i``'s next chunk with the newest weights (with the LIFO queue, only
+        if the queue can take it: ``held`` rollouts plus those in flight)."""
+        cfg, sc = self.cfg, self.cfg.schedule
+        n = self.chunk_groups * sc.group_size
+        if cfg.buffer.lifo:
+            flying = sum(g for _, _, g in self.in_flight.values()) * sc.group_size
+            if held + flying + n > cfg.buffer.capacity:
+                self.blocked.add(i)
+                return
+        self.blocked.discard(i)
+        problems = self.task.sample_train(self.chunk_groups, self.rng)
+        seed = int(self.rng.integers(2**62))
+        version = self.latest
+        weights = self.weights[version] if self.sampler_version[i] != version else None
+        report, rollouts = self.samplers[i].produce.options(num_returns=2).remote(
+            problems, version, weights, seed, self.books.next_item, self.books.next_group)
+        self.sampler_version[i] = version
+        self.books.next_item += n
+        self.books.next_group += self.chunk_groups
+        self.in_flight[report] = (i, rollouts, self.chunk_groups)
+
+    def _held(self) -> int | None:
+        return self._get(self.buffer.size.remote(), "buffer") if self.cfg.buffer.lifo else None
+
+    def _restart_blocked(self) -> None:
+        if self.blocked:
+            held = self._held()
+            for i in sorted(self.blocked):
+                self._dispatch(i, held)
+
+    def _wait(self, step_refs: list) -> None:
+        """Wait until a sampler chunk or a call of ``step_refs`` (a trainer step) finishes; a
+        finished chunk goes to the buffer (by reference) and its sampler starts the next."""
+        pending = list(self.in_flight) + step_refs
+        done, _ = ray.wait(pending, num_returns=1, timeout=STALL_SECONDS)
+        if not done:
+            raise RuntimeError(f"Ray engine: no sampler or trainer finished in "
+                               f"{STALL_SECONDS:g} s (LLM_EXPERIMENTS_RAY_STALL_SECONDS)")
+        ref = done[0]
+        if ref not in self.in_flight:
+            return
+        i, rollouts, _ = self.in_flight.pop(ref)
+        rep = self._get(ref, f"sampler{i}")
+        self.buffer.add.remote(rollouts, self.step)
+        c = self.books.clock
+        c.gen_seconds += rep.gen_seconds
+        c.gen_tokens += rep.tokens
+        c.generated += rep.rollouts
+        self.books.busy[f"sampler{i}"] = self.books.busy.get(f"sampler{i}", 0.0) + \
+            rep.busy_seconds
+        self.books.reward_sum += rep.reward_sum
+        self.books.reward_count += rep.rollouts
+        self._dispatch(i, self._held())
+
+    # ---- trainers -------------------------------------------------------------------------
+
+    def _train(self, t: int, record: dict) -> list:
+        """Run trainer step ``t`` (waiting for data first), evaluating theta_t meanwhile if
+        due; returns the trainers' StepReports."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        while not self._get(self.buffer.ready.remote(), "buffer"):
+            self._wait([])
+        self.books.phases["data_wait_seconds"] += time.perf_counter() - t0
+        publish = (t + 1) % cfg.schedule.refresh_every == 0 or \
+            (t + 1) % cfg.eval.every == 0 or t + 1 == cfg.run.steps
+        calls = [tr.step.options(num_returns=2).remote(t, publish and k == 0)
+                 for k, tr in enumerate(self.trainers)]
+        if t % cfg.eval.every == 0:
+            record.update(self.evaluate(t))
+        reports = [c[0] for c in calls]
+        remaining = reports
+        while remaining:
+            self._wait(remaining)
+            remaining = ray.wait(remaining, num_returns=len(remaining), timeout=0)[1]
+        out = self._get(reports, "trainer")
+        if publish:
+            self.weights[t + 1] = calls[0][1]
+            if (t + 1) % cfg.schedule.refresh_every == 0:
+                self.latest = t + 1
+        keep = {self.latest, t + 1, *self.sampler_version}
+        self.weights = {v: r for v, r in self.weights.items() if v in keep}
+        return out
+
+    def _account(self, t: int, reports: list, record: dict) -> None:
+        """Fill ``record`` with step t's statistics, averaged over the ranks."""
+        c = self.books.clock
+        c.train_seconds += reports[0].train_seconds
+        c.train_tokens += sum(r.tokens for r in reports)
+        c.steps += 1
+        for k, rep in enumerate(reports):
+            self.books.busy[f"trainer{k}"] = self.books.busy.get(f"trainer{k}", 0.0) + \
+                rep.busy_seconds
+        for key in reports[0].stats:
+            record[key] = float(np.mean([r.stats[key] for r in reports]))
+        record["batch_reward"] = float(np.mean([r.batch_reward for r in reports]))
+        record.update(self._get(self.buffer.pop_stats.remote(t), "buffer"))
+
+    # ---- evaluation, books, checkpoints ---------------------------------------------------
+
+    def evaluate(self, t: int) -> dict:
+        """Held-out accuracy and pass@k of theta_t (own seed, as the emulated engine)."""
+        t0 = time.perf_counter()
+        self.evaluator.load_weights(WeightUpdate(t, self._get(self.weights[t], "trainer0")))
+        out = evaluate(self.evaluator, self.tokenizer, self.task, self.eval_prompts, self.cfg,
+                       seed=derived_seed(self.cfg.run.seed, t, EVAL_STREAM))
+        self.books.phases["eval_seconds"] += time.perf_counter() - t0
+        return out
+
+    def wall_time(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.t_start
+
+    def actors_up(self) -> float:
+        """Seconds the actors have been up and ready, over every session of the run."""
+        return self.books.actors_up_seconds + time.perf_counter() - self.start_time
+
+    def mu_accounting(self) -> float | None:
+        """schedule.mu_accounting, else the measured mu."""
+        return self.mu_fixed if self.mu_fixed is not None else self.books.clock.mu_time()
+
+    def counters(self) -> dict:
+        """Running counts, compute, mu, seconds per phase, busy and idle seconds per actor."""
+        c, wall, up = self.books.clock, self.wall_time(), self.actors_up()
+        consumed = c.steps * self.cfg.schedule.batch_size
+        return {"samples_generated": c.generated, "samples_consumed": consumed,
+                "compute_units": c.compute_units(self.mu_accounting()), "wall_time": wall,
+                "replay_ratio_mean": consumed / c.generated if c.generated else None,
+                "mu_measured": c.mu_time(), "mu_flops": c.mu_flops(),
+                "mu_accounting": self.mu_accounting(), "gen_seconds": c.gen_seconds,
+                "train_seconds": c.train_seconds, "probe_seconds": 0.0,
+                **self.books.phases,
+                "busy_seconds": dict(self.books.busy),
+                "idle_seconds": {k: max(0.0, up - v) for k, v in self.books.busy.items()}}
+
+    def _checkpoint(self, log: MetricsLog) -> None:
+        t0 = time.perf_counter()
+        model, opt, buf = self._get([self.trainers[0].weights.remote(),
+                                     self.trainers[0].optimizer_state.remote(),
+                                     self.buffer.state_dict.remote()], "trainer0/buffer")
+        self.books.phases["checkpoint_seconds"] += time.perf_counter() - t0
+        books = self.books.state_dict()
+        books["actors_up_seconds"] = self.actors_up()
+        checkpoint.save(os.path.join(self.out, "checkpoint"), {
+            "engine": "ray", "step": self.step, "model": model, "optimizer": opt,
+            "buffer": buf, "books": books,
+            "rng": checkpoint.rng_state(self.rng), "log_position": log.position(),
+            "elapsed": self.wall_time()})
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self, resume: bool = False) -> dict:
+        """Train to ``run.steps`` (from the last checkpoint if ``resume``); returns the
+        summary (``summary.json``)."""
+        cfg = self.cfg
+        metrics_path = os.path.join(self.out, "metrics.jsonl")
+        state = checkpoint.load(os.path.join(self.out, "checkpoint")) if resume else None
+        if state is not None:
+            if state.get("engine") != "ray":
+                raise ValueError("--resume: the checkpoint was not written by "
+                                 "schedule.engine=ray")
+            self.step, self.elapsed_before = state["step"], state["elapsed"]
+            self.books.load_state_dict(state["books"])
+            checkpoint.restore_rng(state["rng"], self.rng)
+        MetricsLog.truncate(metrics_path, state["log_position"] if state else 0)
+        log = MetricsLog(metrics_path, os.path.join(self.out, "tensorboard")
+                         if cfg.run.tensorboard else None)
+        self.t_start = time.perf_counter()
+        ours = connect(self.address)
+        try:
+            self._start(state)
+            for i in range(cfg.schedule.workers):
+                self._dispatch(i, self._held())
+            self._loop(log)
+            final = dict.fromkeys(REQUIRED_KEYS)
+            final["step"] = self.step
+            final.update(self.evaluate(self.step))
+            final.update(self.counters())
+            hist = self._get(self.buffer.histograms.remote(), "buffer")
+        finally:
+            self._stop()
+            if ours:
+                ray.shutdown()
+        records = read_jsonl(metrics_path)
+        if not records or records[-1]["step"] != self.step:
+            log.write(final)
+            records.append(final)
+        log.close()
+        summary = summarize(records, self.summary_extra(hist))
+        write_json(os.path.join(self.out, "summary.json"), summary)
+        return summary
+
+    def _loop(self, log: MetricsLog) -> None:
+        cfg = self.cfg
+        while self.step < cfg.run.steps:
+            t = self.step
+            record = dict.fromkeys(REQUIRED_KEYS)
+            record["step"] = t
+            reports = self._train(t, record)
+            self.step = t + 1
+            self._account(t, reports, record)
+            self._restart_blocked()
+            if t % cfg.run.log_every == 0 or record.get("eval_accuracy") is not None:
+                b = self.books
+                record["train_reward"] = b.reward_sum / b.reward_count if b.reward_count \
+                    else None
+                record["new_rollouts"] = b.reward_count
+                b.reward_sum, b.reward_count = 0.0, 0
+                record.update(self.counters())
+                log.write(record)
+            if self.step % cfg.run.checkpoint_every == 0 or self.step == cfg.run.steps:
+                self._checkpoint(log)
+
+    def summary_extra(self, histograms: dict) -> dict:
+        """Summary fields beyond the metrics (as the emulated engine's, plus the actors')."""
+        c, sc = self.books.clock, self.cfg.schedule
+        extra = {k: v for k, v in self.counters().items()
+                 if k in ("mu_measured", "mu_flops", "mu_accounting", "compute_units",
+                          "wall_time", "probe_seconds", "busy_seconds", "idle_seconds",
+                          *self.books.phases)}
+        extra.update({
+            "histograms": histograms, "parameters": c.n_params, "steps": c.steps,
+            "gen_seconds_per_step": c.gen_seconds / max(c.steps, 1),
+            "train_seconds_per_step": c.train_seconds / max(c.steps, 1),
+            "probe_fraction_of_wall_time": 0.0,
+            "rollouts_per_step": c.generated / max(c.steps, 1),
+            "schedule": {"mode": sc.mode, "engine": "ray", "workers": sc.workers,
+                         "trainers": sc.trainers, "refresh_every": sc.refresh_every,
+                         "chunk_groups": self.chunk_groups, "latency": None},
+        })
+        return extra

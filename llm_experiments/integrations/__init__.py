@@ -1,0 +1,1 @@
+"""Our replay buffer and calibration inside other training libraries (``trl``: TRL's GRPO)."""

@@ -1,0 +1,504 @@
+"""Experience replay for TRL's ``GRPOTrainer``, from the calculator's N, B, R to GRPOConfig.
+
+TRL (1.16) reuses rollouts only within one generation batch (``num_iterations`` x
+``steps_per_generation``: a horizon x = 1 design) and, when generation and updates are
+aligned, scores a reused sample against its own current log-probs, so its importance ratio is
+1 and the clip never acts. This module adds what the theory needs (theory.md sections 1-3):
+
+* ``ReplayGRPOTrainer``: a ``GRPOTrainer`` whose every optimizer step generates R rollouts
+  (the GRPOConfig's ``per_device_train_batch_size``, R / G prompts x ``num_generations`` G),
+  stores them with their behaviour log-probs in our FIFO replay buffer
+  (``llm_experiments.buffer.RolloutBuffer`` over ``replaytheory.buffer.ReplayIndex``: capacity
+  N, every sampling mode, delta), and trains on B rollouts drawn from it. A replayed
+  sample's ratio pi_theta / pi_behaviour is then real and the clip acts on it. Production and
+  draws follow the harness exactly (``schedule.Production`` and the harness buffer, same
+  order of insertion and draws, one numpy generator seeded with ``ReplaySettings.seed``).
+  Staleness, steps since last use, replay ratio and the measured mu go through TRL's logging
+  (keys ``replay/...``).
+* ``trl_config``: a ``ReplayRecommendation`` of ``replaytheory.calculator.optimal_config`` as
+  the trainer's and GRPOConfig's arguments (``TRLReplayConfig``).
+* ``CalibrationCallback``: measures mu (production seconds of B rollouts over the seconds of
+  one update, section 3) and optionally probes the gradient noise (``probes.Prober``), writing
+  ``probes.npz`` in the ``replaytheory.probes`` layout for ``replaytheory.calibrate``.
+
+Supported: TRL ``SUPPORTED_TRL``, one process, text prompts, no vLLM, beta = 0 (no reference
+model), ``mask_truncated_completions=False``, no tools or environments; the extension points
+of ``GRPOTrainer`` it overrides or calls are listed in ``EXTENSION_POINTS`` and checked when a
+trainer is built, so a TRL upgrade fails loudly.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import trl
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from replaytheory import checks as v
+from replaytheory.buffer import SAMPLING_MODES
+
+from ..buffer import Rollout, RolloutBuffer
+from ..config import from_dict
+from ..gradients import flat_grad
+from ..models import param_count
+from ..probes import Prober, RunCounts, RunView
+from ..samplers import WeightUpdate
+from ..schedule import ComputeClock, Production, WeightStore
+
+SUPPORTED_TRL = ">=1.16,<1.17"
+# GRPOTrainer methods this module overrides or calls, with the parameters it relies on.
+EXTENSION_POINTS = {
+    "_prepare_inputs": ("generation_batch",),
+    "_generate_and_score_completions": ("inputs",),
+    "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
+    "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask",
+                                           "logits_to_keep", "batch_size"),
+    "_compute_loss": ("model", "inputs"),
+    "_clip_grad_norm": ("model",),
+}
+REPLAY_PREFIX = "replay/"  # TRL log keys of this module
+
+
+def check_trl_version(version: str | None = None) -> None:
+    """Raise ``ImportError`` unless ``version`` (default: the installed TRL) is in
+    ``SUPPORTED_TRL``."""
+    version = trl.__version__ if version is None else version
+    if Version(version) not in SpecifierSet(SUPPORTED_TRL):
+        raise ImportError(f"llm_experiments.integrations.trl supports trl{SUPPORTED_TRL}, found "
+                          f"trl {version}; install a supported one (pip install "
+                          f"'trl{SUPPORTED_TRL}') or check EXTENSION_POINTS against it")
+
+
+def missing_extension_points(cls=GRPOTrainer) -> list[str]:
+    """The ``EXTENSION_POINTS`` that ``cls`` lacks or whose parameters changed (empty: ok)."""
+    problems = []
+    for name, params in EXTENSION_POINTS.items():
+        fn = getattr(cls, name, None)
+        if fn is None:
+            problems.append(f"{cls.__name__}.{name} is missing")
+            continue
+        have = inspect.signature(fn).parameters
+        lost = [p for p in params if p not in have]
+        if lost:
+            problems.append(f"{cls.__name__}.{name} lost parameters {lost}")
+    return problems
+
+
+check_trl_version()
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """The replay buffer of a ``ReplayGRPOTrainer`` (theory.md section 1).
+
+    buffer_size: N, rollouts kept (FIFO, integer >= 1). batch_size: B, rollouts per optimizer
+    step (integer >= 1). sampling: one of ``replaytheory.buffer.SAMPLING_MODES``. delta:
+    positive-bias share in [0, 1) (reward > 0 counts as positive). on_policy: no buffer, each
+    rollout used once (then B must equal the rollouts per step R). seed: the draws' numpy
+    generator seed (>= 0).
+    """
+
+    buffer_size: int
+    batch_size: int
+    sampling: str = "with_replacement"
+    delta: float = 0.0
+    on_policy: bool = False
+    seed: int = 0
+
+    def __post_init__(self):
+        v.integer("buffer_size", self.buffer_size, 1)
+        v.integer("batch_size", self.batch_size, 1)
+        v.choice("sampling", self.sampling, SAMPLING_MODES)
+        v.real("delta", self.delta, 0.0, 1.0, hi_open=True)
+        v.integer("seed", self.seed, 0)
+
+    def harness_config(self, rollouts_per_step: int, group_size: int):
+        """The harness ``Config`` of these settings at R rollouts per step and group size G
+        (its checks apply: e.g. a buffer that could never give a batch is refused)."""
+        mode = "on_policy" if self.on_policy else "sync"
+        if self.on_policy and rollouts_per_step != self.batch_size:
+            raise ValueError(f"on_policy needs batch_size ({self.batch_size}) equal to the "
+                             f"rollouts per step, per_device_train_batch_size "
+                             f"({rollouts_per_step})")
+        return from_dict({
+            "schedule": {"mode": mode, "batch_size": self.batch_size, "group_size": group_size,
+                         "replay_ratio": self.batch_size / rollouts_per_step},
+            "buffer": {"capacity": self.buffer_size, "sampling": self.sampling,
+                       "delta": self.delta}})
+
+
+@dataclass(frozen=True)
+class TRLReplayConfig:
+    """A replay design in TRL's terms (see ``trl_config``).
+
+    per_device_train_batch_size: R, new rollouts per optimizer step (R / G prompts), the
+    GRPOConfig field that sets TRL's generation batch. num_generations: G. replay: the
+    trainer's ``ReplaySettings`` (N, B, ...). horizon x = N/R and replay_ratio y = B/R as
+    realised after rounding R to a multiple of G (sections 1-2). notes: what rounding changed.
+    """
+
+    per_device_train_batch_size: int
+    num_generations: int
+    replay: ReplaySettings
+    horizon: float
+    replay_ratio: float
+    notes: tuple[str, ...] = field(default=())
+
+    def grpo_config_kwargs(self) -> dict:
+        """Keyword arguments for ``trl.GRPOConfig``: one generation batch of R per optimizer
+        step, no within-batch reuse (the buffer replaces ``num_iterations`` and
+        ``steps_per_generation``)."""
+        return {"per_device_train_batch_size": self.per_device_train_batch_size,
+                "num_generations": self.num_generations, "steps_per_generation": 1,
+                "num_iterations": 1, "gradient_accumulation_steps": 1}
+
+
+def trl_config(rec, num_generations: int, *, sampling: str = "with_replacement",
+               delta: float = 0.0, seed: int = 0) -> TRLReplayConfig:
+    """A ``ReplayRecommendation`` (``optimal_config``, synchronous: ``gpus=None``) as TRL
+    arguments (theory.md sections 1-3, 5).
+
+    Mapping: B -> ``ReplaySettings.batch_size`` (rollouts per optimizer step);
+    R -> GRPOConfig ``per_device_train_batch_size`` (TRL's generation batch, rounded to the
+    nearest multiple of G = ``num_generations`` >= 2, at least G, because TRL generates whole
+    groups); N -> ``ReplaySettings.buffer_size`` = round(x R) for the rounded R, so the horizon
+    x = N/R is kept (N >= B is kept too); ``steps_per_generation = num_iterations =
+    gradient_accumulation_steps = 1``. An on-policy recommendation maps to R = B (rounded to
+    a multiple of G) with ``on_policy=True``. The replay ratio y = B/R changes when R is
+    rounded: ``TRLReplayConfig.replay_ratio`` is the realised one; ask ``optimal_config`` for
+    a ``batch_size`` that is a multiple of G to keep rounding small.
+    Raises ValueError for an asynchronous recommendation (W/T split): ``GRPOTrainer`` is
+    synchronous.
+    """
+    g = v.integer("num_generations", num_generations, 2)
+    if rec.workers is not None:
+        raise ValueError("trl_config needs a synchronous recommendation (optimal_config with "
+                         "gpus=None): GRPOTrainer generates and trains in turn, it has no "
+                         f"W/T split (got workers={rec.workers}, trainers={rec.trainers})")
+    notes = []
+    if rec.on_policy:
+        r = max(g, int(round(rec.batch_size / g)) * g)
+        if r != rec.batch_size:
+            notes.append(f"batch size {rec.batch_size} rounded to {r}, a multiple of G = {g}")
+        replay = ReplaySettings(r, r, on_policy=True, seed=seed)
+        return TRLReplayConfig(r, g, replay, 1.0, 1.0, tuple(notes))
+    r = max(g, int(round(rec.rollouts_per_step / g)) * g)
+    b = rec.batch_size
+    n = max(b, r, int(round(rec.horizon * r)))
+    if r != rec.rollouts_per_step:
+        notes.append(f"rollouts per step R = {rec.rollouts_per_step:g} rounded to {r}, a "
+                     f"multiple of G = {g}: replay ratio {rec.replay_ratio:.3g} -> {b / r:.3g},"
+                     f" buffer {rec.buffer_size} -> {n} (horizon {rec.horizon:.3g} -> "
+                     f"{n / r:.3g})")
+    replay = ReplaySettings(n, b, sampling=sampling, delta=delta, seed=seed)
+    return TRLReplayConfig(r, g, replay, n / r, b / r, tuple(notes))
+
+
+@dataclass
+class ReplayStep:
+    """What one optimizer step of a ``ReplayGRPOTrainer`` made and drew.
+
+    step: the optimizer step (weights version of its new rollouts). new: rollouts generated
+    for it (extra groups included). batch: the B rollouts trained on. buffer: the harness's
+    ``RolloutBuffer.step_stats`` of the draw (staleness, steps since last use, ...).
+    """
+
+    step: int
+    new: list[Rollout]
+    batch: list[Rollout]
+    buffer: dict
+
+
+class ReplayGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` with a FIFO replay buffer across generations (see the module docstring).
+
+    Args: those of ``GRPOTrainer``, plus ``replay`` (``ReplaySettings``: N, B, sampling, delta)
+    and ``probes`` (``ProbeSource`` or None: gradient-noise probes, written to
+    ``probe_dir``). GRPOConfig's ``per_device_train_batch_size`` is R, the rollouts generated
+    per optimizer step; it needs ``steps_per_generation = num_iterations =
+    gradient_accumulation_steps = 1``. A ``CalibrationCallback`` is added (``calibration``).
+    Attributes after training: ``buffer``, ``clock`` (``schedule.ComputeClock``: generated,
+    production and update seconds), ``consumed``, ``steps`` (one ``ReplayStep`` per step when
+    ``keep_steps``, else the last only).
+    """
+
+    def __init__(self, *args, replay: ReplaySettings, probes=None, probe_dir: str | None = None,
+                 keep_steps: bool = False, **kwargs):
+        missing = missing_extension_points()
+        if missing:
+            raise RuntimeError(f"TRL {trl.__version__}: GRPOTrainer changed ({'; '.join(missing)})"
+                               f"; ReplayGRPOTrainer supports trl{SUPPORTED_TRL}")
+        super().__init__(*args, **kwargs)
+        self._check_supported()
+        if not isinstance(replay, ReplaySettings):
+            raise ValueError(f"replay must be a ReplaySettings, got {type(replay).__name__}")
+        self.replay = replay
+        r = self.args.per_device_train_batch_size
+        self.harness = replay.harness_config(r, self.num_generations)
+        self.buffer = RolloutBuffer.for_config(self.harness)
+        self.production = Production(self.harness.schedule)
+        self.replay_rng = np.random.default_rng(replay.seed)
+        self.clock = ComputeClock(param_count(self.model), replay.batch_size)
+        self.consumed = self.next_item = self.next_group = 0
+        self.keep_steps = bool(keep_steps)
+        self.steps: list[ReplayStep] = []
+        self.keep_grad = False
+        self.kept_grad: torch.Tensor | None = None
+        self._rewards: torch.Tensor | None = None
+        self.calibration = CalibrationCallback(self, probes, probe_dir)
+        self.add_callback(self.calibration)
+
+    def _check_supported(self) -> None:
+        """Refuse the GRPOConfig settings this trainer does not implement (named)."""
+        a = self.args
+        wrong = {"steps_per_generation": (a.steps_per_generation, 1),
+                 "num_iterations": (self.num_iterations, 1),
+                 "gradient_accumulation_steps": (a.gradient_accumulation_steps, 1),
+                 "use_vllm": (a.use_vllm, False), "beta": (a.beta, 0.0),
+                 "mask_truncated_completions": (a.mask_truncated_completions, False),
+                 "num_processes": (self.accelerator.num_processes, 1)}
+        for name, (got, allowed) in wrong.items():
+            if got != allowed:
+                raise ValueError(f"ReplayGRPOTrainer needs {name}={allowed!r}, got {got!r} "
+                                 f"(the replay buffer replaces TRL's within-batch reuse)")
+        if self.tools or self.environment_factories is not None:
+            raise ValueError("ReplayGRPOTrainer does not support tools or environments")
+
+    # ---- production: TRL generates and scores, we keep behaviour log-probs -----------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards, with the weighted total kept for the buffer (delta, train reward)."""
+        per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        total = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+        self._rewards = total.detach().cpu()
+        return per_func
+
+    def _generate_and_score_completions(self, inputs):
+        """TRL's generation, plus the behaviour log-probs of every completion when TRL skipped
+        them (the pitfall: without them a replayed sample's ratio would be 1)."""
+        out = super()._generate_and_score_completions(inputs)
+        if self.model.training and "old_per_token_logps" not in out:
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                out["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, ids, mask, out["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size)
+        return out
+
+    def _rollouts(self, out: dict, version: int) -> list[Rollout]:
+        """TRL's scored generation as harness ``Rollout`` records (unpadded, numpy)."""
+        g, n = self.num_generations, out["completion_ids"].size(0)
+        pmask, cmask = out["prompt_mask"].bool().cpu(), out["completion_mask"].bool().cpu()
+        pids, cids = out["prompt_ids"].cpu(), out["completion_ids"].cpu()
+        logps, adv = out["old_per_token_logps"].float().cpu(), out["advantages"].float().cpu()
+        rollouts = []
+        for i in range(n):
+            group = self.next_group + i // g
+            rollouts.append(Rollout(
+                self.next_item + i, group, group, version,
+                pids[i][pmask[i]].numpy().astype(np.int32),
+                cids[i][cmask[i]].numpy().astype(np.int32),
+                logps[i][cmask[i]].numpy().astype(np.float32),
+                float(self._rewards[i]), float(adv[i])))
+        self.next_item += n
+        self.next_group += n // g
+        return rollouts
+
+    def _producer(self, generation_batch: list[dict]):
+        """``produce(n_groups, version)`` for ``Production.fill``: the next ``n_groups``
+        prompt groups of TRL's generation batch, cyclically (extra groups, needed only while
+        the buffer cannot give a batch, reuse the step's prompts with new samples)."""
+        g = self.num_generations
+        n_groups_avail = len(generation_batch) // g
+        cursor = [0]
+
+        def produce(n_groups: int, version: int) -> list[Rollout]:
+            if n_groups == 0:
+                return []
+            picks = [(cursor[0] + k) % n_groups_avail for k in range(n_groups)]
+            cursor[0] += n_groups
+            rows = [generation_batch[p * g + j] for p in picks for j in range(g)]
+            t0 = time.perf_counter()
+            out = self._generate_and_score_completions(rows)
+            self.clock.gen_seconds += time.perf_counter() - t0
+            self.clock.gen_tokens += int(out["prompt_mask"].sum() + out["completion_mask"].sum())
+            self.clock.generated += len(rows)
+            return self._rollouts(out, version)
+        return produce
+
+    # ---- the step: fill the buffer, draw B, hand TRL a batch with stored log-probs ----------
+
+    def _prepare_inputs(self, generation_batch):
+        """Train: generate R rollouts into the buffer and return B drawn from it, in TRL's
+        batch format with the behaviour log-probs as ``old_per_token_logps``. Eval: TRL's."""
+        if not self.model.training:
+            return super()._prepare_inputs(generation_batch)
+        step = self.state.global_step
+        new = self.production.fill(self.buffer, step, self._producer(generation_batch))
+        batch = self.buffer.sample(self.replay.batch_size, step, self.replay_rng)
+        self.consumed += len(batch)
+        self.clock.train_tokens += int(sum(len(r.prompt) + len(r.completion) for r in batch))
+        record = ReplayStep(step, new, batch, self.buffer.step_stats())
+        self.steps = self.steps + [record] if self.keep_steps else [record]
+        self._log_replay(record)
+        return self._collate(batch)
+
+    def _collate(self, batch: list[Rollout]) -> dict:
+        """TRL's input dict of rollouts: prompts left-padded, completions right-padded."""
+        pad, dev = self._tokenizer.pad_token_id, self.accelerator.device
+        n = len(batch)
+        p_len = max(len(r.prompt) for r in batch)
+        c_len = max(1, max(len(r.completion) for r in batch))
+        prompt_ids = torch.full((n, p_len), pad, dtype=torch.long)
+        prompt_mask = torch.zeros((n, p_len), dtype=torch.long)
+        completion_ids = torch.full((n, c_len), pad, dtype=torch.long)
+        completion_mask = torch.zeros((n, c_len), dtype=torch.long)
+        old = torch.zeros((n, c_len), dtype=torch.float32)
+        for i, r in enumerate(batch):
+            p, c = len(r.prompt), len(r.completion)
+            prompt_ids[i, p_len - p:] = torch.from_numpy(r.prompt.astype(np.int64))
+            prompt_mask[i, p_len - p:] = 1
+            completion_ids[i, :c] = torch.from_numpy(r.completion.astype(np.int64))
+            completion_mask[i, :c] = 1
+            old[i, :c] = torch.from_numpy(r.logprobs)
+        return {"prompt_ids": prompt_ids.to(dev), "prompt_mask": prompt_mask.to(dev),
+                "completion_ids": completion_ids.to(dev),
+                "completion_mask": completion_mask.to(dev),
+                "old_per_token_logps": old.to(dev),
+                "advantages": torch.tensor([r.advantage for r in batch], dtype=torch.float32,
+                                           device=dev),
+                "num_items_in_batch": completion_mask.sum().to(dev)}
+
+    def _log_replay(self, record: ReplayStep) -> None:
+        """Replay statistics of the step into TRL's metrics (averaged per logging window)."""
+        gen = self.clock.generated
+        values = {"staleness_mean": record.buffer["staleness_mean"],
+                  "steps_since_last_use_mean": record.buffer["steps_since_last_use_mean"],
+                  "first_use_fraction": record.buffer["first_use_fraction"],
+                  "buffer_occupancy": record.buffer["buffer_occupancy"],
+                  "replay_ratio": self.consumed / gen if gen else None,
+                  "new_rollouts": len(record.new),
+                  "new_reward": float(np.mean([r.reward for r in record.new]))
+                  if record.new else None}
+        for key, val in values.items():
+            self._metrics["train"][REPLAY_PREFIX + key].append(
+                math.nan if val is None else float(val))
+
+    def _clip_grad_norm(self, model):
+        """Keep the unclipped gradient when a probe asks for it (minibatch noise), then clip."""
+        if self.keep_grad:
+            self.kept_grad = flat_grad(model)
+        return super()._clip_grad_norm(model)
+
+
+@dataclass(frozen=True)
+class ProbeSource:
+    """What gradient-noise probes need beyond the trainer (``probes.RunView``'s task part).
+
+    cfg: a harness ``Config`` whose ``probe``, ``sampler``, ``schedule.group_size`` and
+    ``run.seed`` sections set the probes (theory.md section 4). loss_kwargs: keyword
+    arguments of ``losses.policy_loss`` matching the trainer's loss. sample_problems(n, rng),
+    encode(problem), make_rollouts(problems, gen, version, first_item, first_group): as in
+    ``probes.RunView`` (for a harness task: ``task.sample_train``, ``models.encode_prompt``,
+    ``experiment.grade_rollouts``).
+    """
+
+    cfg: object
+    loss_kwargs: dict
+    sample_problems: object
+    encode: object
+    make_rollouts: object
+
+
+class CalibrationCallback(TrainerCallback):
+    """Measures mu inside a ``ReplayGRPOTrainer`` run, and optionally probes gradient noise.
+
+    mu (theory.md section 3) = seconds to produce B rollouts (TRL's generation, scoring and
+    the behaviour log-probs) / seconds of one update (the rest of the optimizer step), from the
+    trainer's ``clock``; logged as ``replay/mu_measured``. With a ``ProbeSource``, every
+    ``probe.every`` steps (before the step's generation: the buffer then holds rollouts at
+    least one step old, fresh ones come from the probe's own groups) it runs
+    ``probes.Prober`` at the current weights, keeps weight snapshots for the buffer's
+    versions, records the step's minibatch gradient, and writes ``probes.npz`` to ``out_dir``
+    at the end (``replaytheory.probes`` layout, with the run counts and mu).
+    """
+
+    def __init__(self, trainer: ReplayGRPOTrainer, probes: ProbeSource | None = None,
+                 out_dir: str | None = None):
+        self.trainer = trainer
+        self._t0 = self._gen0 = 0.0
+        self.prober = self.weights = None
+        self.every = 0
+        if probes is not None:
+            if out_dir is None:
+                raise ValueError("probes need probe_dir (the folder of probes.npz)")
+            os.makedirs(out_dir, exist_ok=True)
+            self.weights = WeightStore()
+            self.every = probes.cfg.probe.every
+            if self.every < 1:
+                raise ValueError(f"probe.every must be >= 1 with probes, got {self.every}")
+            self.prober = Prober(probes.cfg, self._run_view(probes, out_dir))
+
+    def mu(self) -> float | None:
+        """The measured mu so far (None before the first step)."""
+        return self.trainer.clock.mu_time()
+
+    def _run_view(self, src: ProbeSource, out_dir: str) -> RunView:
+        t = self.trainer
+        tok = t.processing_class
+        return RunView(
+            model=t.model, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id,
+            device=t.accelerator.device, loss_kwargs=src.loss_kwargs, out_dir=out_dir,
+            buffer_capacity=t.buffer.index.capacity,
+            rollouts_per_step=t.production.rollouts_per_step,
+            sample_problems=src.sample_problems, encode=src.encode,
+            make_rollouts=src.make_rollouts,
+            current_weights=lambda: WeightUpdate(t.state.global_step, t.model.state_dict()),
+            snapshot_versions=lambda: set(self.weights.snapshots),
+            snapshot=lambda version: self.weights.update(version), buffer=lambda: t.buffer,
+            counts=lambda: RunCounts(t.clock.generated, t.consumed, t.clock.steps,
+                                     t.clock.mu_time(), None))
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        t = self.trainer
+        step = state.global_step
+        if self.prober is not None:
+            self.weights.publish(step, t.model)
+            keep = self.prober.versions_needed(step) | {step}
+            self.weights.keep_only(keep)
+            if step % self.every == 0:
+                self.prober.probe(step)
+                t.keep_grad, t.kept_grad = True, None
+        # After the probe: its seconds are neither production nor update.
+        self._t0, self._gen0 = time.perf_counter(), t.clock.gen_seconds
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        t = self.trainer
+        if t.keep_grad and t.kept_grad is None:  # max_grad_norm = 0: no clip hook ran
+            t.kept_grad = flat_grad(model)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        t = self.trainer
+        wall = time.perf_counter() - self._t0
+        t.clock.train_seconds += max(wall - (t.clock.gen_seconds - self._gen0), 0.0)
+        t.clock.steps += 1
+        if t.keep_grad:
+            self.prober.add_minibatch(state.global_step - 1, t.kept_grad)
+            t.keep_grad, t.kept_grad = False, None
+        mu = self.mu()
+        if mu is not None:  # the latest estimate (cumulative), not a window average
+            t._metrics["train"][REPLAY_PREFIX + "mu_measured"] = [mu]
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.prober is not None:
+            self.prober.save()

@@ -1,0 +1,174 @@
+"""``predict``: calibrate the theory on any setting and write a prediction to be verified.
+
+``python -m llm_experiments predict --config NAME_OR_YAML [--set k=v ...] --out DIR``
+
+1. Calibration runs (the setting with a buffer of ``horizon`` steps at replay ratio 2 and
+   gradient-noise probes; ``--seeds`` of them) as a resumable sweep in ``DIR/calibration``.
+2. ``replaytheory.calibrate`` on their probes: sigma(s), rho, kappa (theory.md section 4),
+   the smoothness L and F0, and the measured mu (section 3), also per replay ratio of the
+   runs.
+3. Every model variant's continuous optimum (x*, y*) at the measured mu and at the accounting
+   mus 2 and 6.84 (theory.md section 5), and a grid that brackets all of them: horizons on a
+   x4 ladder and replay ratios on a x1.4 ladder from one rung below the smallest prediction to
+   one above the largest, learning rates around the setting's own.
+4. ``DIR/prediction.json`` in the registration format ``judge`` and ``verify`` read; commit
+   it before running ``verify``, so that the history shows the prediction came first.
+
+Default budget: two calibration runs of 40 steps on ``cpu_tiny`` probed every 4 steps, about
+5-10 minutes on 2 cores (most of it probing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+
+from replaytheory import calibrate
+from replaytheory.io import write_json
+
+from .config import load_config, parse_override
+from .losses import RATIO_LOSSES
+from .sweep import run_sweep
+from .validation import ACCOUNTING_MUS, VARIANTS, load_probes, predict, smoothness
+
+HORIZON_LADDER = (1, 4, 16, 64, 256)
+RATIO_LADDER = (1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0, 11.2, 16.0)
+LR_FACTORS = (0.5, 1.0, 2.0)
+# The calibration probes: the buffer's rollouts with their use count, their noise at the
+# weights of the probes 1 and 3 intervals earlier (the reuse table) and the share of their
+# gradient the clip keeps (the contribution table): the constants of every model variant
+# (theory.md sections 4, 8.9 and 10). Probing is most of a calibration run's cost.
+PROBES = {"probe.fresh_groups": 32, "probe.buffer_groups": 32, "probe.crn_groups": 0,
+          "probe.reuse_gaps": [1, 3], "run.progress": False, "eval.every": 1000}
+PROBES_PER_RUN = 10  # the fits bootstrap over probe steps, and reuse needs probes close by
+
+
+def calibration_spec(config: str, overrides: dict, steps: int, horizon: float,
+                     seeds: int) -> dict:
+    """The sweep spec of the calibration runs (a buffer, so that staleness varies)."""
+    loss = load_config(config, [f"{k}={v}" for k, v in overrides.items()]).trainer.loss
+    contribution = {"probe.contribution": loss in RATIO_LOSSES}
+    return {"config": config,
+            "set": {**PROBES, **contribution, **overrides,
+                    "probe.every": max(1, steps // PROBES_PER_RUN),
+                    "run.steps": steps, "buffer.horizon": horizon,
+                    "schedule.replay_ratio": 2.0, "schedule.mode": "sync"},
+            "grid": {"run.seed": list(range(seeds))}}
+
+
+def bracket(values, ladder) -> list:
+    """The rungs of ``ladder`` from one below min(values) to one above max(values)."""
+    lo, hi = min(values), max(values)
+    below = [r for r in ladder if r <= lo]
+    above = [r for r in ladder if r >= hi]
+    start = ladder.index(below[-1]) - 1 if below else 0
+    stop = ladder.index(above[0]) + 1 if above else len(ladder) - 1
+    return list(ladder[max(start, 0):min(stop, len(ladder) - 1) + 1])
+
+
+def variant_predictions(cal, mus: dict, batch: int, steps: int, big_l: float,
+                        f0: float) -> dict:
+    """variant -> mu key -> [x*, y*] (or the error text when a variant has no optimum)."""
+    out = {}
+    for variant in VARIANTS:
+        out[variant] = {}
+        for key, mu in mus.items():
+            try:
+                p = predict(cal, variant, mu, batch_size=batch, budget=steps * (1 + mu),
+                            big_l=big_l, f0=f0)
+            except ValueError as exc:
+                out[variant][key] = str(exc)
+                continue
+            out[variant][key] = [float(p.horizon), float(p.replay_ratio)]
+    return out
+
+
+def primary_variant(cal) -> str:
+    """The variant ``calibrate`` says the probes support, as a name of ``VARIANTS``."""
+    choice = cal.variant_choice.variant if cal.variant_choice else "standard"
+    return "asymptotic" if choice == "standard" else choice
+
+
+def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
+                    horizon: float = 16.0, seeds: int = 2, workers: int = 2,
+                    progress: bool = True) -> dict:
+    """Run the calibration (resumable) and write ``out/prediction.json``; returns it."""
+    cfg = load_config(config, [f"{k}={v}" for k, v in overrides.items()])
+    cal_dir = os.path.join(out, "calibration")
+    counts = run_sweep(calibration_spec(config, overrides, steps, horizon, seeds), cal_dir,
+                       workers=workers, progress=progress)
+    if counts["failed"]:
+        raise RuntimeError(f"{counts['failed']} calibration run(s) failed: see "
+                           f"{cal_dir}/logs")
+    probes = load_probes(glob.glob(os.path.join(cal_dir, "runs", "*", "probes.npz")))
+    cal = calibrate(probes, probes.counts)
+    big_l, f0 = smoothness(probes)
+    mus = {f"{cal.mu:.4g}": float(cal.mu), **{f"{m:g}": m for m in ACCOUNTING_MUS}}
+    preds = variant_predictions(cal, mus, cfg.schedule.batch_size, cfg.run.steps, big_l, f0)
+    points = [v for by_mu in preds.values() for v in by_mu.values() if isinstance(v, list)]
+    xs = [max(p[0], 1.0) for p in points] or [horizon]
+    ys = [max(p[1], 1.0) for p in points] or [2.0]
+    registration = {
+        "name": os.path.basename(os.path.normpath(out)), "config": config,
+        "set": overrides, "loss": cfg.trainer.loss, "steps": cfg.run.steps,
+        "horizons": bracket(xs, HORIZON_LADDER),
+        "replay_ratios": bracket(ys, RATIO_LADDER),
+        "learning_rates": [cfg.trainer.lr * f for f in LR_FACTORS],
+        "accounting_mus": list(ACCOUNTING_MUS),
+        "measured_mu": float(cal.mu),
+        "primary_measure": {"name": "auc", "budget_replay_ratio": None},
+        "secondary_targets": [],
+        "bootstrap": {"draws": 2000, "interval": 0.9, "rng_seed": 0},
+        "gate": {"threshold": 0.9},
+        # The variant the probes support (section 10.7); "standard" is the asymptotic model.
+        "primary_variant": primary_variant(cal),
+        "variant_choice": cal.variant_choice.to_dict() if cal.variant_choice else None,
+        "predictions_judged": preds,
+        "calibration": {"alpha": cal.noise.alpha, "alpha_interval": list(cal.noise.alpha_interval),
+                        "power_law_ok": cal.noise.power_law_ok, "rho": cal.rho(),
+                        "rho_interval": list(cal.coupling.rho_interval),
+                        "rho_eff": cal.coupling.rho_eff, "smoothness_L": big_l, "f0": f0,
+                        "notes": list(cal.notes)}}
+    registration["primary_measure"]["budget_replay_ratio"] = max(registration["replay_ratios"])
+    write_json(os.path.join(out, "prediction.json"), registration)
+    return registration
+
+
+def _overrides(texts) -> dict:
+    out = {}
+    for text in texts:
+        section, key, value = parse_override(text)
+        out[f"{section}.{key}"] = value
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="llm_experiments predict", description=__doc__.split(
+        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--config", default="cpu_tiny", help="shipped config name or YAML path")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override, e.g. task.digits=3 (repeatable)")
+    p.add_argument("--out", required=True, help="folder for calibration/ and prediction.json")
+    p.add_argument("--steps", type=int, default=40, help="steps of each calibration run")
+    p.add_argument("--seeds", type=int, default=2, help="calibration runs (default 2)")
+    p.add_argument("--workers", type=int, default=2, help="runs at a time (default 2)")
+    a = p.parse_args(argv)
+    try:
+        reg = make_prediction(a.config, _overrides(a.set), a.out, steps=a.steps,
+                              seeds=a.seeds, workers=a.workers)
+    except (ValueError, RuntimeError) as exc:
+        print(f"llm_experiments predict: error: {exc}", file=sys.stderr)
+        return 2
+    for variant, by_mu in reg["predictions_judged"].items():
+        for key, v in by_mu.items():
+            text = f"x* = {v[0]:.3g}, y* = {v[1]:.3g}" if isinstance(v, list) else v
+            print(f"{variant:19s} mu = {key:>6s}: {text}")
+    print(f"grid: x in {reg['horizons']}, y in {reg['replay_ratios']}; "
+          f"{os.path.join(a.out, 'prediction.json')} (commit it before verify)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,20 @@
+"""Seeds of the side streams (evaluation, probes) that must never touch a run's own generator.
+
+A side stream at trainer step t is seeded from (run.seed, t, stream), so it is the same whether
+the run was resumed or not, and drawing from it leaves the training draws unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Stream numbers of the side streams; the run's own generator is seeded with run.seed alone.
+EVAL_STREAM, PROBE_STREAM = 1, 2
+# The Ray engine's buffer actor draws batches from its own stream (engines/ray_engine.py).
+BUFFER_STREAM = 3
+
+
+def derived_seed(*parts: int) -> int:
+    """A 32-bit seed (0 <= seed < 2**32) mixed from non-negative integers ``parts``
+    (numpy ``SeedSequence``), e.g. (run.seed, step, stream)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])

@@ -1,0 +1,110 @@
+"""``verify``: run the grid a prediction registered and judge the prediction against it.
+
+``python -m llm_experiments verify --prediction DIR/prediction.json --out DIR2 [--seeds K]
+[--workers 2]``
+
+1. The grid of ``prediction.json`` (on-policy and every (x, y) of its horizons and replay
+   ratios, each at its learning rates, seeds 0..K-1) runs as a resumable sweep in
+   ``DIR2/runs``: rerun the same command after an interruption.
+2. ``DIR2/curves.jsonl``: the compacted results (small enough to commit).
+3. ``DIR2/validation.json``: the seed-bootstrap verdicts of ``judge`` (probability that each
+   cell is best, the best cell and whether it is interior, each variant's regret and Spearman
+   with intervals, the split-half gate) at the measured mu, the accounting mus and each
+   cell's own mu, for the primary measure and the registered targets.
+
+Default budget (cpu_tiny, 3 seeds, a grid of ~4 horizons x ~6 ratios, 3 learning rates:
+~220 runs of ~50 s):
+about 2 hours on 2 cores; ``--seeds 2`` halves it. More seeds later: rerun with a larger
+``--seeds`` (finished runs are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+
+from replaytheory.io import write_json
+
+from .judge import Registration, judge
+from .results import compact_sweep
+from .sweep import run_sweep
+
+RUN_SETTINGS = {"probe.every": 0, "run.progress": False}
+
+
+def grid_spec(prediction: dict, seeds: int) -> dict:
+    """The sweep spec of a prediction's grid (seed-major, so a partial sweep is balanced)."""
+    cells = []
+    for lr in prediction["learning_rates"]:
+        cells.append({"schedule.mode": "on_policy", "trainer.lr": lr})
+    for x in prediction["horizons"]:
+        for y in prediction["replay_ratios"]:
+            for lr in prediction["learning_rates"]:
+                cells.append({"schedule.mode": "sync", "buffer.horizon": x,
+                              "schedule.replay_ratio": y, "trainer.lr": lr})
+    return {"config": prediction["config"],
+            "set": {**prediction.get("set", {}), **RUN_SETTINGS,
+                    "trainer.loss": prediction["loss"]},
+            "cells": cells, "grid": {"run.seed": list(range(seeds))}}
+
+
+def verify(prediction_path: str, out: str, *, seeds: int = 3, workers: int = 2,
+           progress: bool = True) -> list[dict]:
+    """Run (or continue) the grid and write ``out/validation.json``; returns its records."""
+    if not isinstance(seeds, int) or seeds < 2:
+        raise ValueError(f"--seeds must be an integer >= 2 (the gate splits the seeds in "
+                         f"two halves), got {seeds!r}")
+    try:
+        with open(prediction_path) as fh:
+            prediction = json.load(fh)
+        reg = Registration.load(prediction_path)
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        raise ValueError(f"--prediction {prediction_path!r} is not a prediction.json "
+                         f"written by predict: {exc!r}") from None
+    runs_dir = os.path.join(out, "runs")
+    counts = run_sweep(grid_spec(prediction, seeds), runs_dir, workers=workers,
+                       progress=progress)
+    if counts["failed"]:
+        raise RuntimeError(f"{counts['failed']} run(s) failed: see {runs_dir}/logs and "
+                           f"{runs_dir}/failures.jsonl; rerun to retry them")
+    curves = os.path.join(out, "curves.jsonl")
+    compact_sweep(runs_dir, curves)
+    cal_dir = os.path.join(os.path.dirname(prediction_path), "calibration")
+    has_probes = bool(glob.glob(os.path.join(cal_dir, "runs", "*", "probes.npz")) or
+                      glob.glob(os.path.join(cal_dir, "*.npz")))
+    # Without the prediction's probes the verdicts are complete except each variant's
+    # Spearman, which needs its objective J over the grid.
+    records = judge(curves, reg, cal_dir if has_probes else None)
+    write_json(os.path.join(out, "validation.json"), records)
+    return records
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="llm_experiments verify", description=__doc__.split(
+        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--prediction", required=True, help="prediction.json written by predict")
+    p.add_argument("--out", required=True, help="folder for runs/, curves.jsonl, "
+                   "validation.json (rerun to continue)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per cell (>= 2, default 3)")
+    p.add_argument("--workers", type=int, default=2, help="runs at a time (default 2)")
+    a = p.parse_args(argv)
+    try:
+        records = verify(a.prediction, a.out, seeds=a.seeds, workers=a.workers)
+    except (ValueError, RuntimeError) as exc:
+        print(f"llm_experiments verify: error: {exc}", file=sys.stderr)
+        return 2
+    for r in records:
+        if r["measure"] != "auc":
+            continue
+        preds = "; ".join(f"{v} -> {d['cell']} regret {d['regret']['median']:.2f}"
+                          for v, d in r["predictions"].items())
+        print(f"mu {r['mu_source']}={r['mu']:.3g}: best {r['best_cell']} "
+              f"(p = {r['best_probability']:.2f}), gate {r['gate_spearman']:.2f}; {preds}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

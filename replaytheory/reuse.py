@@ -1,0 +1,507 @@
+"""Reuse-aware variants of the design objective (theory.md section 10).
+
+Section 5's J(x, y) counts every draw of a buffer sample as a fresh noise draw. Two measured
+effects break that (section 8.6-8.8), and each variant adds one term that vanishes when its
+constant is zero:
+
+* **self-correlated reuse** (10.1-10.3): one rollout's noise at two uses g steps apart has
+  correlation c(g). The noise that the Theorem charges is then the long-run variance of the
+  batch noise, and
+
+      J_c(x, y) = sigma_bar^2(x) (1 + y/mu) (1/y + 1/x + rho + S(x)),
+      S(x) = (2/x) sum_{g >= 1} (1 - g/x)_+ c(g)   (``ReuseCorrelation.pair_sum``),
+
+  so y*(x) = sqrt(mu / (rho + 1/x + S(x))); constant c gives S = c (1 - 1/x) and a closed
+  form (``power_law_reuse_optimum``).
+* **clipping-aware contribution** (10.4-10.5): a sample with u earlier uses and staleness s
+  keeps a fraction f(u, s) = exp(-a u - b s) of its gradient; with Poisson use counts the
+  buffer keeps on average f_bar(x, y) of the signal, and
+
+      J_f(x, y) = sigma_bar^2(x) / f_bar(x, y)^2 (1 + y/mu) (1/y + 1/x + rho [+ S(x)]),
+
+  minimised numerically over (x, y).
+
+``VARIANTS`` names them: "self_correlated" (c only), "clipping" (f only) and "reuse_clipping"
+(both). ``objective``, ``optimal_design`` and ``optimal_config`` mirror ``design`` and
+``calculator``; ``calibrate.Calibration.design(mu, variant=...)`` uses the fitted constants.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import optimize
+
+from . import checks as v
+from .design import (ON_POLICY, REPLAY, _check_noise, _log_sigma_bar2, _minimise_over_horizon,
+                     power_law_optimum)
+from .noise import AVERAGES, PowerLawNoise, a3_notes
+
+VARIANTS = ("self_correlated", "clipping", "reuse_clipping")
+STANDARD = "standard"  # section 5's model, what ``calibrate`` reports when no term is supported
+
+_LOG_Y_GRID = np.linspace(math.log(1e-3), math.log(1e4), 241)
+
+
+# ---- the self-correlation of one rollout's uses (section 10.1-10.3) ----------------------
+
+@dataclass(frozen=True)
+class ConstantReuse:
+    """c(g) = c for every gap g >= 1 step (section 10.2).
+
+    Args: c: correlation of one rollout's noise at two different steps, in [0, 1].
+    """
+
+    c: float
+
+    def __post_init__(self):
+        v.unit_interval("c", self.c)
+
+    def corr(self, gap) -> np.ndarray:
+        """c(g) at gaps g >= 1 (steps), elementwise."""
+        return np.full(np.shape(gap), float(self.c))
+
+    def pair_sum(self, horizon, average: str = "discrete") -> np.ndarray:
+        """S(x) (section 10.2): "discrete" the exact sum (2c/x)(n - n(n+1)/(2x)) with n the
+        number of gaps g < x; "continuous" its smooth form c (1 - 1/x)_+ (exact at integer x).
+        """
+        v.choice("average", average, AVERAGES)
+        x = np.asarray(horizon, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if average == "continuous":
+                return self.c * np.maximum(1.0 - 1.0 / x, 0.0)
+            n = np.maximum(np.ceil(x) - 1.0, 0.0)
+            out = 2.0 * self.c / x * (n - n * (n + 1) / (2 * x))
+        return np.where(np.isinf(x), self.c, out)
+
+    def to_dict(self) -> dict:
+        return {"model": "constant", "c": self.c}
+
+
+@dataclass(frozen=True)
+class TabulatedReuse:
+    """c(g) measured at some gaps: linear interpolation, held constant outside (section 10.2).
+
+    Args: gaps: increasing gaps >= 1 (steps). corr: c at those gaps, each in [0, 1].
+    """
+
+    gaps: tuple
+    corr_values: tuple
+
+    def __post_init__(self):
+        g = v.finite_array("gaps", self.gaps)
+        c = v.finite_array("corr_values", self.corr_values)
+        if g.shape != c.shape:
+            raise ValueError(f"gaps and corr_values must have the same length, got {g.size} "
+                             f"and {c.size}")
+        if np.any(g < 1) or np.any(np.diff(g) <= 0):
+            raise ValueError("gaps must be increasing and >= 1")
+        if np.any((c < 0) | (c > 1)):
+            raise ValueError("corr_values must be in [0, 1]")
+
+    def corr(self, gap) -> np.ndarray:
+        """c(g), elementwise."""
+        return np.interp(np.asarray(gap, dtype=float), self.gaps, self.corr_values)
+
+    def pair_sum(self, horizon, average: str = "discrete") -> np.ndarray:
+        """S(x) (section 10.2). "discrete": (2/x) sum over integer g < x of (1 - g/x) c(g),
+        summed term by term up to the last measured gap and in closed form beyond (c is
+        constant there). "continuous": the trapezoid form (2/x) int_0^x (1 - g/x) c(g) dg -
+        c(0)/x, exact per segment by Simpson's rule (the integrand is quadratic there), which
+        is c (1 - 1/x) for constant c."""
+        v.choice("average", average, AVERAGES)
+        x = np.asarray(horizon, dtype=float)
+        last = float(self.corr_values[-1])
+        g_end = int(math.ceil(self.gaps[-1]))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if average == "discrete":
+                g = np.arange(1, g_end + 1, dtype=float)
+                c = self.corr(g)
+                xe = x[..., None]
+                head = np.sum(np.clip(1 - g / xe, 0, None) * c, axis=-1)
+                n = np.maximum(np.ceil(x) - 1.0, 0.0)  # gaps 1..n have 1 - g/x > 0
+                m = np.maximum(n - g_end, 0.0)  # tail gaps g_end + 1 .. n
+                tail = last * (m - (m * g_end + m * (m + 1) / 2) / x)
+                out = 2.0 / x * (head + tail)
+            else:
+                out = 2.0 / x * self._integral(x) - float(self.corr(0.0)) / x
+        return np.where(np.isinf(x), last, np.maximum(out, 0.0))
+
+    def _integral(self, x: np.ndarray) -> np.ndarray:
+        """int_0^x (1 - g/x) c(g) dg, c piecewise linear (knots at 0 and the gaps)."""
+        knots = np.concatenate([[0.0], np.asarray(self.gaps, dtype=float)])
+        total = np.zeros(x.shape)
+        edges = list(zip(knots[:-1], knots[1:])) + [(knots[-1], np.inf)]
+        for lo, hi in edges:
+            a, b = np.minimum(lo, x), np.minimum(hi, x)
+            mid = (a + b) / 2
+
+            def f(g):
+                return (1 - g / x) * self.corr(g)
+            total = total + (b - a) / 6 * (f(a) + 4 * f(mid) + f(b))
+        return total
+
+    def to_dict(self) -> dict:
+        return {"model": "tabulated", "gaps": list(self.gaps),
+                "corr_values": list(self.corr_values)}
+
+
+# ---- the contribution a clipped sample keeps (section 10.4-10.5) -------------------------
+
+@dataclass(frozen=True)
+class ExpContribution:
+    """f(u, s) = exp(-per_use u - per_step s): the share of its gradient a sample with u
+    earlier uses and staleness s steps keeps under the clip (section 10.4).
+
+    Args: per_use: a >= 0 (per earlier use). per_step: b >= 0 (per step of staleness).
+    """
+
+    per_use: float
+    per_step: float
+
+    def __post_init__(self):
+        v.nonnegative("per_use", self.per_use)
+        v.nonnegative("per_step", self.per_step)
+
+    @property
+    def is_null(self) -> bool:
+        return self.per_use == 0 and self.per_step == 0
+
+    def value(self, uses, staleness) -> np.ndarray:
+        """f(u, s), elementwise."""
+        return np.exp(-self.per_use * np.asarray(uses, float)
+                      - self.per_step * np.asarray(staleness, float))
+
+    def mean(self, horizon, replay_ratio, average: str = "discrete") -> np.ndarray:
+        """f_bar(x, y) = average over the buffer of E_u f(u, s), u ~ Poisson(s y/x) (10.4):
+        with k = b + (y/x)(1 - e^{-a}) per step, "continuous" (1 - e^{-kx})/(kx), "discrete"
+        the average of the step function s -> e^{-k floor(s)} over [0, x]. Exactly 1 when
+        a = b = 0."""
+        v.choice("average", average, AVERAGES)
+        x, y = np.broadcast_arrays(np.asarray(horizon, float), np.asarray(replay_ratio, float))
+        if self.is_null:
+            return np.ones(x.shape)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            k = self.per_step - y / x * math.expm1(-self.per_use)
+            if average == "continuous":
+                kx = k * x
+                out = -np.expm1(-kx) / kx
+            else:
+                n = np.floor(x)
+                head = np.where(k > 0, np.expm1(-k * n) / np.expm1(-k), n)
+                out = (head + (x - n) * np.exp(-k * n)) / x
+            out = np.where(k * x < 1e-12, 1.0, out)
+            return np.where(np.isinf(x), np.where(k > 0, 0.0, 1.0), out)
+
+    def to_dict(self) -> dict:
+        return {"model": "exponential", "per_use": self.per_use, "per_step": self.per_step}
+
+
+def _check_reuse(reuse):
+    if reuse is not None and not isinstance(reuse, (ConstantReuse, TabulatedReuse)):
+        raise ValueError(f"reuse must be None, a ConstantReuse or a TabulatedReuse, got "
+                         f"{type(reuse).__name__}")
+    return reuse
+
+
+def _check_contribution(contribution):
+    if contribution is not None and not isinstance(contribution, ExpContribution):
+        raise ValueError(f"contribution must be None or an ExpContribution, got "
+                         f"{type(contribution).__name__}")
+    return contribution
+
+
+def _pair_sum(reuse, x, average):
+    return 0.0 if reuse is None else reuse.pair_sum(x, average)
+
+
+def objective(horizon, replay_ratio, *, mu: float, rho: float, noise, reuse=None,
+              contribution=None, average: str | None = None) -> np.ndarray:
+    """J(x, y) = sigma_bar^2(x) / f_bar(x, y)^2 (1 + y/mu) (1/y + 1/x + rho + S(x))
+    (theory.md sections 10.3 and 10.5); ``reuse=None, contribution=None`` is section 5's J.
+
+    Args:
+        horizon: x = N/R > 0 (steps). replay_ratio: y = B/R > 0. mu > 0. rho in [0, 1].
+        noise: staleness-noise model. reuse: ``ConstantReuse``/``TabulatedReuse`` or None.
+        contribution: ``ExpContribution`` or None. average: "discrete"/"continuous" (the noise
+        model's default if None), used for sigma_bar^2, S and f_bar alike.
+    Returns: J in units of sigma^2 (arrays broadcast).
+    """
+    mu = v.positive("mu", mu)
+    rho = v.unit_interval("rho", rho)
+    _check_noise(noise)
+    _check_reuse(reuse)
+    _check_contribution(contribution)
+    avg = noise.default_average if average is None else v.choice("average", average, AVERAGES)
+    x = np.asarray(horizon, dtype=float)
+    y = np.asarray(replay_ratio, dtype=float)
+    if np.any(~np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("replay_ratio must be finite and in (0, inf)")
+    sb2 = noise.sigma_bar2(x, avg)
+    if contribution is not None:
+        sb2 = sb2 / contribution.mean(x, y, avg) ** 2
+    return sb2 * (1 + y / mu) * (1 / y + 1 / x + rho + _pair_sum(reuse, x, avg))
+
+
+def optimal_replay_ratio(horizon, *, mu: float, rho: float, reuse=None,
+                         average: str = "discrete") -> np.ndarray:
+    """y*(x) = sqrt(mu / (rho + 1/x + S(x))) without a contribution term (section 10.3)."""
+    mu = v.positive("mu", mu)
+    rho = v.unit_interval("rho", rho)
+    x = np.asarray(horizon, dtype=float)
+    with np.errstate(divide="ignore"):
+        return np.sqrt(mu / (rho + 1.0 / x + _pair_sum(_check_reuse(reuse), x, average)))
+
+
+def power_law_reuse_optimum(mu: float, rho: float, alpha: float, c: float):
+    """Closed-form (x*, y*) for the power law (continuous average) and constant c (10.3).
+
+    With S = c (1 - 1/x), K(x) = x^alpha (1/sqrt(mu) + sqrt(rho + c + (1 - c)/x)); with
+    x = (1 - c) x' it is (1 - c)^alpha times section 5.5's K at rho' = rho + c, so
+    y* = mu (1 - 2 alpha) / (alpha + sqrt(alpha^2 + mu rho' (1 - 2 alpha))) and
+    x* = (1 - c) y*^2 / (2 alpha (mu + y*)). The form holds where x* >= 1 (below, S = 0 and
+    section 5 applies); c = 1 gives x* = 0. Returns (x*, y*) as floats.
+    """
+    mu = v.positive("mu", mu)
+    rho = v.unit_interval("rho", rho)
+    alpha = v.nonnegative("alpha", alpha)
+    c = v.unit_interval("c", c)
+    rho_c = rho + c
+    if rho_c <= 1:
+        x1, y = power_law_optimum(mu, rho_c, alpha)
+    else:  # section 5.5's roots, for a coupling above 1
+        if alpha >= 0.5:
+            return 0.0, 0.0
+        y = mu * (1 - 2 * alpha) / (alpha + math.sqrt(alpha**2 + mu * rho_c * (1 - 2 * alpha)))
+        x1 = math.inf if alpha == 0 else y**2 / (2 * alpha * (mu + y))
+    return float((1 - c) * x1) if math.isfinite(x1) else x1, float(y)
+
+
+# ---- the design ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReuseDesign:
+    """The optimum of a reuse-aware objective (section 10); fields as ``design.Design`` plus
+    the terms at the optimum.
+
+    Attributes:
+        variant: one of ``VARIANTS`` or "standard" (no extra term). horizon, replay_ratio:
+            x*, y*. objective: J(x*, y*); on_policy_objective: J(1, 1); j_ratio,
+            predicted_saving: as in ``design.Design``. regime: "on-policy" (x* < 1) or
+            "replay". pair_sum: S(x*). contribution_mean: f_bar(x*, y*). method:
+            "closed_form" or "numeric". reuse, contribution: the models' dicts (None if
+            absent). notes: caveats.
+    """
+
+    variant: str
+    mu: float
+    rho: float
+    noise: dict
+    reuse: dict | None
+    contribution: dict | None
+    average: str
+    method: str
+    horizon: float
+    replay_ratio: float
+    objective: float
+    on_policy_objective: float
+    j_ratio: float
+    predicted_saving: float
+    pair_sum: float
+    contribution_mean: float
+    regime: str
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {k: (list(val) if isinstance(val, tuple) else val)
+                for k, val in self.__dict__.items()}
+
+
+def variant_name(reuse, contribution) -> str:
+    """The ``VARIANTS`` name of a (reuse, contribution) pair ("standard" if both are None)."""
+    if reuse is None:
+        return STANDARD if contribution is None else "clipping"
+    return "self_correlated" if contribution is None else "reuse_clipping"
+
+
+def _optimum_1d(mu, rho, noise, reuse, avg, x_max):
+    """x* of the profile sigma_bar^2(x) (1/sqrt(mu) + sqrt(rho + 1/x + S(x)))^2 (10.3)."""
+    c = 1.0 / math.sqrt(mu)
+    return _minimise_over_horizon(
+        lambda u: _log_sigma_bar2(noise, np.exp(u), avg)
+        + 2 * np.log(c + np.sqrt(rho + np.exp(-u) + reuse.pair_sum(np.exp(u), avg))), x_max)
+
+
+def _optimum_2d(mu, rho, noise, reuse, contribution, avg, x_max):
+    """argmin over (x, y) of J_f (10.5): a log grid in (x, y), then Nelder-Mead.
+
+    x is searched in [1e-3, min(x_max, 1e6)], y in [1e-3, 1e4]; returns (x, y, notes).
+    """
+    x_hi = min(x_max, 1e6)
+    ux = np.linspace(math.log(1e-3), math.log(x_hi), 241)
+    gx, gy = np.meshgrid(np.exp(ux), np.exp(_LOG_Y_GRID), indexing="ij")
+
+    def log_j(x, y):
+        val = objective(x, y, mu=mu, rho=rho, noise=noise, reuse=reuse,
+                        contribution=contribution, average=avg)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.log(val)
+        return np.where(np.isfinite(out), out, np.inf)
+
+    vals = log_j(gx, gy)
+    if not np.any(np.isfinite(vals)):
+        raise ValueError("the reuse-aware objective is not finite at any (x, y)")
+    i, j = np.unravel_index(int(np.argmin(vals)), vals.shape)
+    lo, hi = np.array([ux[0], _LOG_Y_GRID[0]]), np.array([ux[-1], _LOG_Y_GRID[-1]])
+
+    def obj(p):
+        q = np.clip(p, lo, hi)
+        return float(log_j(math.exp(q[0]), math.exp(q[1])))
+
+    start = np.array([ux[i], _LOG_Y_GRID[j]])
+    res = optimize.minimize(obj, start, method="Nelder-Mead",
+                            options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 4000})
+    best = np.clip(res.x, lo, hi) if obj(res.x) <= obj(start) else start
+    notes = []
+    for name, val, (a, b) in (("horizon", best[0], (lo[0], hi[0])),
+                              ("replay_ratio", best[1], (lo[1], hi[1]))):
+        if val <= a + 1e-6 or val >= b - 1e-6:
+            notes.append(f"the {name} optimum lies on the edge of its search range "
+                         f"[{math.exp(a):.3g}, {math.exp(b):.3g}]")
+    return float(math.exp(best[0])), float(math.exp(best[1])), notes
+
+
+def optimal_design(mu: float, rho: float, noise, *, reuse=None, contribution=None,
+                   average: str | None = None, method: str = "auto") -> ReuseDesign:
+    """Optimal (x*, y*) of the reuse-aware objective (theory.md sections 10.3 and 10.5).
+
+    Args:
+        mu: generation cost of a batch over an update, > 0. rho: coupling in [0, 1].
+        noise: staleness-noise model (a table caps x at its measured horizon, section 4.6).
+        reuse: ``ConstantReuse``/``TabulatedReuse`` or None. contribution: ``ExpContribution``
+            or None. average: as in ``objective``.
+        method: "auto" (closed form for a power law, continuous average, constant c and no
+            contribution, when its x* >= 1; else numeric), "numeric" or "closed_form".
+    Returns: ``ReuseDesign``. Without reuse and contribution it equals section 5's optimum.
+    """
+    mu = v.positive("mu", mu)
+    rho = v.unit_interval("rho", rho)
+    _check_noise(noise)
+    reuse, contribution = _check_reuse(reuse), _check_contribution(contribution)
+    method = v.choice("method", method, ("auto", "numeric", "closed_form"))
+    avg = noise.default_average if average is None else v.choice("average", average, AVERAGES)
+    c_const = 0.0 if reuse is None else getattr(reuse, "c", None)
+    closed_ok = (isinstance(noise, PowerLawNoise) and avg == "continuous"
+                 and c_const is not None and contribution is None)
+    if method == "closed_form" and not closed_ok:
+        raise ValueError("method='closed_form' needs a PowerLawNoise, average='continuous', "
+                         "a ConstantReuse (or none) and no contribution")
+    notes = list(a3_notes(noise))
+    x_max = float(getattr(noise, "max_horizon", math.inf))
+    used = "numeric"
+    if closed_ok and method != "numeric":
+        x, y = power_law_reuse_optimum(mu, rho, noise.alpha, c_const)
+        if x >= 1 or method == "closed_form":
+            used = "closed_form"
+    if used == "numeric":
+        if contribution is not None:
+            x, y, more = _optimum_2d(mu, rho, noise, reuse, contribution, avg, x_max)
+            notes += more
+        else:
+            r = ConstantReuse(0.0) if reuse is None else reuse
+            x = _optimum_1d(mu, rho, noise, r, avg, x_max)
+            y = 0.0 if x == 0.0 else float(optimal_replay_ratio(
+                min(x, 1e15), mu=mu, rho=rho, reuse=r, average=avg))
+    if math.isfinite(x_max) and x >= x_max * (1 - 1e-9):
+        notes.append(f"the optimum sits at the longest measured horizon ({x_max:g} steps)")
+    if math.isinf(x):
+        notes.append("the objective keeps falling as the horizon grows: the best buffer is as "
+                     "large as other limits allow")
+
+    def j(xx, yy):
+        return float(objective(min(xx, 1e15), yy, mu=mu, rho=rho, noise=noise, reuse=reuse,
+                               contribution=contribution, average=avg))
+
+    j_on = j(1.0, 1.0)
+    j_star = j(x, y) if x > 0 and y > 0 else j_on
+    regime = ON_POLICY if x < 1.0 else REPLAY
+    j_ratio = 1.0 if regime == ON_POLICY else (j_star / j_on if j_on > 0 else math.nan)
+    xs = min(x, 1e15)
+    return ReuseDesign(
+        variant=variant_name(reuse, contribution), mu=mu, rho=rho, noise=noise.to_dict(),
+        reuse=None if reuse is None else reuse.to_dict(),
+        contribution=None if contribution is None else contribution.to_dict(), average=avg,
+        method=used, horizon=float(x), replay_ratio=float(y), objective=j_star,
+        on_policy_objective=j_on, j_ratio=j_ratio, predicted_saving=1.0 - j_ratio,
+        pair_sum=float(_pair_sum(reuse, xs, avg)) if x > 0 else 0.0,
+        contribution_mean=float(contribution.mean(xs, max(y, 1e-12), avg))
+        if contribution is not None and x > 0 else 1.0,
+        regime=regime, notes=tuple(notes))
+
+
+@dataclass(frozen=True)
+class ReuseConfig:
+    """An integer synchronous configuration for a reuse-aware design (section 10.6).
+
+    Attributes: buffer_size N, batch_size B, rollouts_per_step R (integers), horizon x = N/R,
+    replay_ratio y = B/R, objective J(x, y), predicted_saving 1 - J/J(1, 1) (0 on-policy),
+    regime, design (the continuous optimum), notes.
+    """
+
+    buffer_size: int
+    batch_size: int
+    rollouts_per_step: int
+    horizon: float
+    replay_ratio: float
+    objective: float
+    predicted_saving: float
+    regime: str
+    design: ReuseDesign
+    notes: tuple[str, ...] = ()
+
+
+def optimal_config(mu: float, rho: float, noise, *, reuse=None, contribution=None,
+                   batch_size: int = 60, max_horizon: float = 1000.0,
+                   average: str | None = None) -> ReuseConfig:
+    """Integer (N, B, R) near the reuse-aware optimum, scored by the exact J (section 10.6).
+
+    Synchronous only (R new rollouts per update): candidates R within 3 of B/y*, N within 3
+    of x(y) R with x(y) the best horizon at y = B/R (as section 5.9; B <= N, x <= min(
+    max_horizon, the noise table's horizon)), and on-policy (N = B = R); the lowest J wins. Args as ``optimal_design``; batch_size: B >= 1;
+    max_horizon: > 1 step, caps unbounded optima.
+    """
+    b = v.integer("batch_size", batch_size, 1)
+    max_horizon = v.real("max_horizon", max_horizon, 1.0, math.inf, lo_open=True)
+    d = optimal_design(mu, rho, noise, reuse=reuse, contribution=contribution, average=average)
+    limit = min(max_horizon, float(getattr(noise, "max_horizon", math.inf)))
+
+    def score(n, r):
+        return float(objective(n / r, b / r, mu=d.mu, rho=d.rho, noise=noise, reuse=reuse,
+                               contribution=contribution, average=d.average))
+
+    best = (score(b, b), b, b)
+    if d.regime == REPLAY:
+        r0 = b / d.replay_ratio if d.replay_ratio > 0 else b
+        for r in {max(1, int(math.floor(r0)) + k) for k in range(-2, 4)}:
+            y = b / r
+            x_y = _minimise_over_horizon(lambda u, y=y: np.log(objective(
+                np.exp(u), y, mu=d.mu, rho=d.rho, noise=noise, reuse=reuse,
+                contribution=contribution, average=d.average)), limit)
+            x_target = min(x_y, limit) * r
+            for n in {int(math.floor(x_target)) + k for k in range(-2, 4)} | {max(b, r)}:
+                if n < max(b, r) or n / r > limit:
+                    continue
+                best = min(best, (score(n, r), n, r))
+    j, n, r = best
+    on = n == b and r == b
+    return ReuseConfig(buffer_size=n, batch_size=b, rollouts_per_step=r, horizon=n / r,
+                       replay_ratio=b / r, objective=j,
+                       predicted_saving=0.0 if on else 1 - j / score(b, b),
+                       regime=ON_POLICY if on else REPLAY, design=d, notes=d.notes)
+
+
+__all__ = ["VARIANTS", "STANDARD", "ConstantReuse", "TabulatedReuse", "ExpContribution",
+           "ReuseDesign", "ReuseConfig", "objective", "optimal_replay_ratio",
+           "power_law_reuse_optimum", "optimal_design", "optimal_config", "variant_name"]

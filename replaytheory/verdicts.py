@@ -1,0 +1,165 @@
+"""Seed-bootstrap verdicts on a sweep: which cell is best, how sure, and how a prediction fares.
+
+A sweep's scores form a table (cells, learning rates, seeds) with NaN for missing runs (as
+``replaytheory.analysis.best_option`` takes it). Every verdict here is a distribution over
+bootstrap draws that resample the seed indices jointly (the same indices for every cell) and
+re-choose each cell's learning rate inside every draw, so the selection of the learning rate is
+part of the uncertainty (theory.md section 8). numpy only.
+
+``better``: "max" for scores to maximise (accuracy, area under the accuracy-compute curve),
+"min" for compute to a target (inf = never reached).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import checks as v
+from .analysis import spearman
+
+BETTER = ("max", "min")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A bootstrap distribution summarised: median and the central ``level`` interval."""
+
+    median: float
+    low: float
+    high: float
+    level: float
+
+    def as_dict(self) -> dict:
+        return {"median": self.median, "low": self.low, "high": self.high, "level": self.level}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The bootstrap verdict of one score table.
+
+    p_best: per cell, the fraction of draws in which it is the best of the candidate cells
+    (0 for cells that are not candidates). mode: index of the most frequent best cell.
+    regret: per named prediction, the interval of its regret against each draw's best.
+    spearman: per named objective, the interval of its rank agreement with the measured
+    scores (positive = agreement). draws: the number of draws.
+    """
+
+    p_best: np.ndarray
+    mode: int
+    regret: dict[str, Interval]
+    spearman: dict[str, Interval]
+    draws: int
+
+
+def interval(samples, level: float = 0.9) -> Interval:
+    """Median and central ``level`` interval (in (0, 1)) of samples; inf values are kept
+    (a regret of inf = the cell never reached the target in that draw), NaN dropped."""
+    level = v.real("level", level, 0.0, 1.0, lo_open=True, hi_open=True)
+    x = np.asarray(samples, dtype=float)
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        return Interval(math.nan, math.nan, math.nan, level)
+    lo, med, hi = np.quantile(x, [(1 - level) / 2, 0.5, (1 + level) / 2], method="nearest")
+    return Interval(float(med), float(lo), float(hi), level)
+
+
+def seed_draws(n_seeds: int, draws: int, seed: int) -> np.ndarray:
+    """(draws, n_seeds) seed indices drawn with replacement; the first draw is the identity
+    (the observed data), so verdicts always include the point estimate's own draw."""
+    n_seeds = v.integer("n_seeds", n_seeds, 1)
+    draws = v.integer("draws", draws, 1)
+    idx = np.random.default_rng(seed).integers(0, n_seeds, size=(draws, n_seeds))
+    idx[0] = np.arange(n_seeds)
+    return idx
+
+
+def scores_per_draw(table, idx: np.ndarray, better: str) -> np.ndarray:
+    """(cells, draws) cell scores: per draw, each cell's median over the drawn seeds at the
+    learning rate whose median is best in that draw. NaN where a cell has no run."""
+    better = v.choice("better", better, BETTER)
+    t = np.asarray(table, dtype=float)
+    if t.ndim != 3:
+        raise ValueError(f"table must be (cells, learning rates, seeds), got {t.shape}")
+    with warnings.catch_warnings():  # a cell or learning rate without runs: NaN, said here
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(t[:, :, idx], axis=3)  # (cells, lrs, draws)
+    key = np.where(np.isnan(med), -np.inf if better == "max" else np.inf, med)
+    best = key.max(axis=1) if better == "max" else key.min(axis=1)
+    best[np.all(np.isnan(med), axis=1)] = np.nan
+    return best
+
+
+def regret_ratio(predicted, best) -> np.ndarray:
+    """Compute regret predicted / best - 1 (``replaytheory.analysis.regret``), vectorised."""
+    p, b = np.asarray(predicted, float), np.asarray(best, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(np.isinf(p), np.inf, p / b - 1.0)
+
+
+def regret_gain(baseline: float):
+    """Regret of a score to maximise as the share of the best cell's gain over ``baseline``
+    (e.g. the warm-start accuracy) that a cell loses: (best - cell) / (best - baseline)."""
+    def fn(predicted, best):
+        p, b = np.asarray(predicted, float), np.asarray(best, float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (b - p) / (b - baseline)
+    return fn
+
+
+def bootstrap_verdict(table, better: str, candidates, predictions: dict[str, int],
+                      regret, objectives=None, draws: int = 2000, seed: int = 0,
+                      level: float = 0.9) -> Verdict:
+    """The seed-bootstrap verdict of a score table.
+
+    Args:
+        table: (cells, learning rates, seeds) scores, NaN = missing run.
+        better: "max" or "min". candidates: boolean mask (cells,) of the cells that compete
+            for "best" (e.g. the grid cells and on-policy).
+        predictions: name -> index of the predicted cell (e.g. the nearest grid cell of a
+            model variant's (x*, y*)). regret: f(predicted scores, best scores) -> regret,
+            vectorised (``regret_ratio`` or ``regret_gain``).
+        objectives: optional name -> (cells,) predicted objective (lower = predicted
+            better), NaN where a cell has none; its Spearman with the measured scores is
+            reported, signed so that positive means agreement.
+        draws (>= 1), seed: the bootstrap. level: the interval's coverage in (0, 1).
+    """
+    t = np.asarray(table, dtype=float)
+    mask = np.asarray(candidates, dtype=bool)
+    if mask.shape != (t.shape[0],) or not mask.any():
+        raise ValueError(f"candidates must be a boolean mask of the {t.shape[0]} cells with "
+                         f"at least one True, got shape {mask.shape}")
+    per = scores_per_draw(t, seed_draws(t.shape[2], draws, seed), better)
+    fill = -np.inf if better == "max" else np.inf
+    comp = np.where(mask[:, None] & ~np.isnan(per), per, fill)
+    winner = comp.argmax(axis=0) if better == "max" else comp.argmin(axis=0)
+    best = comp[winner, np.arange(comp.shape[1])]
+    p_best = np.bincount(winner, minlength=t.shape[0]) / comp.shape[1]
+    regrets = {name: interval(regret(per[i], best), level) for name, i in predictions.items()}
+    sign = -1.0 if better == "max" else 1.0
+    rho = {name: interval([spearman(np.asarray(obj, float), sign * per[:, d])
+                           for d in range(per.shape[1])], level)
+           for name, obj in (objectives or {}).items()}
+    return Verdict(p_best, int(np.argmax(p_best)), regrets, rho, comp.shape[1])
+
+
+def gate_distribution(table, better: str, halvings: int = 200, seed: int = 0,
+                      level: float = 0.9) -> Interval:
+    """The split-half gate over ``halvings`` random halvings of the seeds: interval of the
+    Spearman between the two halves' cell scores (learning rate chosen within each half);
+    ``replaytheory.analysis.split_half_spearman`` is its mean over balanced splits."""
+    t = np.asarray(table, dtype=float)
+    halvings = v.integer("halvings", halvings, 1)
+    rng = np.random.default_rng(seed)
+    values = [_one_split(t, rng.permutation(t.shape[2]), better) for _ in range(halvings)]
+    return interval(values, level)
+
+
+def _one_split(t: np.ndarray, order: np.ndarray, better: str) -> float:
+    half = t.shape[2] // 2
+    a = scores_per_draw(t, order[None, :half], better)[:, 0]
+    b = scores_per_draw(t, order[None, half:2 * half], better)[:, 0]
+    return spearman(a, b)

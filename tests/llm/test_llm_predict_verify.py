@@ -1,0 +1,63 @@
+"""``predict`` then ``verify`` end to end on a tiny budget (the commands of issue 10)."""
+
+import json
+import os
+
+import pytest
+
+from llm_helpers import CACHE, SMALL
+
+pytestmark = pytest.mark.slow
+
+
+def _overrides():
+    out = {}
+    for text in SMALL:
+        key, value = text.split("=", 1)
+        out[key] = value
+    out.update({"run.steps": "12", "probe.fresh_groups": "8", "eval.every": "6"})
+    return out
+
+
+def test_predict_writes_a_registration_that_brackets_every_prediction(tmp_path):
+    from llm_experiments.judge import Registration
+    from llm_experiments.predict import make_prediction
+    from llm_experiments.validation import VARIANTS
+    pred = make_prediction("cpu_tiny", _overrides(), str(tmp_path / "p"), steps=12,
+                           horizon=4, seeds=1, workers=1, progress=False)
+    saved = json.loads((tmp_path / "p" / "prediction.json").read_text())
+    assert saved == json.loads(json.dumps(pred))
+    assert set(pred["predictions_judged"]) == set(VARIANTS)  # the reuse probes are on
+    assert pred["primary_variant"] in VARIANTS
+    assert pred["measured_mu"] > 0
+    for by_mu in pred["predictions_judged"].values():
+        assert len(by_mu) == 3  # the measured mu, 2 and 6.84
+        for xy in by_mu.values():
+            if isinstance(xy, list):  # else the reason the variant has no optimum
+                assert min(pred["horizons"]) <= max(xy[0], 1) <= max(pred["horizons"])
+                assert min(pred["replay_ratios"]) <= max(xy[1], 1) <= max(pred["replay_ratios"])
+    reg = Registration.load(str(tmp_path / "p" / "prediction.json"))
+    assert reg.budget_replay_ratio == max(pred["replay_ratios"])
+
+    # verify on a shrunk grid (the plumbing, not the science): 2 seeds x 3 cells
+    pred.update({"horizons": [4], "replay_ratios": [1.0, 2.0],
+                 "learning_rates": [1e-3], "secondary_targets": [0.2]})
+    pred["bootstrap"]["draws"] = 20
+    pred["set"]["run.cache_dir"] = CACHE
+    (tmp_path / "p" / "prediction.json").write_text(json.dumps(pred))
+    from llm_experiments.verify import main, verify
+    records = verify(str(tmp_path / "p" / "prediction.json"), str(tmp_path / "v"), seeds=2,
+                     workers=1, progress=False)
+    assert os.path.exists(tmp_path / "v" / "validation.json")
+    auc = [r for r in records if r["measure"] == "auc"]
+    assert {r["mu_source"] for r in auc} == {"measured", "2", "6.84", "cell"}
+    for r in auc:
+        assert [c["label"] for c in r["cells"]] == ["on-policy", "x=4, y=1", "x=4, y=2"]
+        assert r["seeds_per_cell"] == [2, 2, 2]
+        assert r["best_cell"] in ("on-policy", "x=4, y=1", "x=4, y=2")
+    # a second call finds every run done and reproduces the verdicts
+    again = verify(str(tmp_path / "p" / "prediction.json"), str(tmp_path / "v"), seeds=2,
+                   workers=1, progress=False)
+    assert json.dumps(again) == json.dumps(records)
+    assert main(["--prediction", str(tmp_path / "p" / "prediction.json"), "--out",
+                 str(tmp_path / "v"), "--seeds", "1"]) == 2

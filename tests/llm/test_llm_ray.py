@@ -1,0 +1,168 @@
+"""The Ray engine (``llm_experiments/engines/ray_engine.py``) on one local Ray cluster shared
+by these tests (``ray.init(num_cpus=2)``, started once)."""
+
+import os
+import secrets
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from llm_helpers import CACHE, small_config
+
+ray = pytest.importorskip("ray")
+
+RAY = ["schedule.engine=ray", "schedule.mode=async", "probe.every=0"]
+# The shipped cpu_tiny model (cached warm start, greedy accuracy ~0.3) learns within 60 steps;
+# the small model of the other tests does not.
+LEARN = ["run.steps=60", "eval.every=20", "eval.pass_k_problems=0", "run.checkpoint_every=10",
+         "probe.every=0", "run.progress=false", f"run.cache_dir={CACHE}"]
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """One local Ray cluster for the session (a token of its own: no file in the home)."""
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture
+def actors(cluster):
+    """Actors a test starts: killed when it ends, passed or not (they hold cluster CPUs)."""
+    started = []
+    yield started
+    for actor in started:
+        ray.kill(actor)
+
+
+def _rollouts(n, first, tokens=(3, 4, 5)):
+    from llm_experiments.buffer import Rollout
+    rng = np.random.default_rng(first)
+    return [Rollout(first + i, (first + i) // 4, i, first // 8, np.array([1, 2], np.int32),
+                    np.array(tokens, np.int32), np.full(len(tokens), -1.0, np.float32),
+                    float(rng.random() < 0.5), float(rng.normal())) for i in range(n)]
+
+
+def test_buffer_actor_draws_as_the_in_process_buffer(actors):
+    """Same stream in, same draws out: two shards, without replacement, positive bias."""
+    from llm_experiments.buffer import RolloutBuffer
+    from llm_experiments.engines.ray_engine import BufferHolder
+    from llm_experiments.seeds import BUFFER_STREAM, derived_seed
+    cfg = small_config(*RAY, "schedule.trainers=2", "schedule.batch_size=8", "buffer.capacity=24",
+                       "buffer.sampling=without_replacement", "buffer.delta=0.25")
+    actor = ray.remote(BufferHolder).options(num_cpus=0).remote(cfg)
+    actors.append(actor)
+    local = RolloutBuffer.for_config(cfg)
+    rng = np.random.default_rng(derived_seed(cfg.run.seed, 0, BUFFER_STREAM))
+    for step in range(6):
+        batch = _rollouts(24, 24 * step)
+        ray.get(actor.add.remote(batch, step))
+        local.add(batch, insert_step=step)
+        for shard in range(2):
+            got = ray.get(actor.sample.remote(4, step, shard))
+            want = local.sample_shard(4, step, rng, shard)
+            assert [r.item_id for r in got] == [r.item_id for r in want]
+        assert ray.get(actor.pop_stats.remote(step)) == local.step_stats()
+    assert ray.get(actor.histograms.remote()) == local.index.histograms()
+
+
+def test_two_trainer_ranks_hold_identical_weights(actors):
+    """Gloo all-reduce: after a step both ranks hold the same weights, and the averaged
+    gradient is the whole batch's (its norm equals one process's on the union of shards)."""
+    import torch
+
+    from llm_experiments.engines.ray_engine import BufferHolder, TrainerRank
+    cfg = small_config(*RAY, "schedule.trainers=2", "buffer.capacity=32")
+    reference = TrainerRank(small_config(*RAY, "buffer.capacity=32"), 0, None, None, None)
+    initial = {k: v.clone() for k, v in reference.model.state_dict().items()}
+    vocab = reference.model.config.vocab_size
+    batch = _rollouts(32, 0)
+    rng = np.random.default_rng(0)
+    for r in batch:
+        r.completion = rng.integers(3, vocab, size=3).astype(np.int32)
+        r.logprobs = np.full(3, -2.0, np.float32)
+    buffer = ray.remote(BufferHolder).options(num_cpus=0).remote(cfg)
+    ray.get(buffer.add.remote(batch, 0))
+    ranks = [ray.remote(TrainerRank).options(num_cpus=0.5).remote(cfg, k, buffer, None, None)
+             for k in range(2)]
+    actors.extend([buffer, *ranks])
+    host, port = ray.get(ranks[0].address.remote())
+    ray.get([t.join.remote(host, port) for t in ranks])
+    rep0, w0, rep1, w1 = ray.get([ref for t in ranks
+                                  for ref in t.step.options(num_returns=2).remote(0, True)])
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    assert not all(torch.equal(w0[k], initial[k]) for k in w0)
+    assert rep0.stats["grad_norm"] == rep1.stats["grad_norm"]
+    # The same 16 draws (8 from each shard) in one process with the whole batch.
+    drawn = ray.get(buffer.state_dict.remote())["buffer"]["index"]["uses"]["item_id"]
+    assert len(drawn) == 16
+    stats = reference.train_step([batch[i] for i in drawn], keep_grad=False)
+    assert rep0.stats["grad_norm"] == pytest.approx(stats["grad_norm"], rel=1e-4)
+
+
+def _kill_when(path, lines, suffix):
+    """Kill the actor whose name ends with ``suffix`` once ``path`` has ``lines`` lines."""
+    def watch():
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            if os.path.exists(path) and sum(1 for _ in open(path)) >= lines:
+                names = [n for n in ray.util.list_named_actors() if n.endswith(suffix)]
+                if names:
+                    ray.kill(ray.get_actor(names[0]))
+                    return
+            time.sleep(0.05)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_killed_sampler_stops_the_run_and_resume_learns(cluster, tmp_path):
+    """W = T = 1: a sampler killed mid-run ends the run with an error naming it (no hang);
+    --resume continues from the checkpoint with every step logged once, and the run learns."""
+    from llm_experiments.config import load_config
+    from llm_experiments.experiment import run_experiment
+    from llm_experiments.metrics import REQUIRED_KEYS, read_jsonl
+    cfg = load_config("cpu_tiny", RAY + LEARN)
+    out = str(tmp_path / "run")
+    watcher = _kill_when(os.path.join(out, "metrics.jsonl"), 25, "/sampler0")
+    with pytest.raises(RuntimeError, match="sampler0 actor died"):
+        run_experiment(cfg, out)
+    watcher.join()
+    summary = run_experiment(cfg, out, resume=True)
+    records = read_jsonl(os.path.join(out, "metrics.jsonl"))
+    assert [r["step"] for r in records] == list(range(cfg.run.steps + 1))
+    assert all(set(REQUIRED_KEYS) <= set(r) for r in records)
+    step = records[5]
+    assert step["buffer_occupancy"] > 0 and step["staleness_mean"] is not None
+    assert set(step["busy_seconds"]) == {"sampler0", "trainer0"}
+    assert step["train_seconds"] > 0 and step["gen_seconds"] > 0
+    assert summary["samples_consumed"] == cfg.run.steps * cfg.schedule.batch_size
+    assert sum(summary["histograms"]["replay_ratio"].values()) == summary["samples_generated"]
+    assert summary["best_eval_accuracy"] >= summary["warm_start_accuracy"] + 0.1
+
+
+def test_sweep_on_ray_writes_the_usual_files(cluster, tmp_path):
+    """``sweep --engine ray``: each run a Ray task on the shared cluster; a rerun skips the
+    finished run (resumable), the results table is the usual one."""
+    import yaml
+
+    from llm_helpers import SMALL
+    from llm_experiments.sweep import load_spec, run_sweep
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump({
+        "config": "cpu_tiny",
+        "set": {**dict(kv.split("=", 1) for kv in SMALL), "run.steps": 2, "eval.every": 2},
+        "grid": {"run.seed": [0]}}))
+    out = tmp_path / "sweep"
+    counts = run_sweep(load_spec(str(spec_path)), str(out), engine="ray", progress=False)
+    assert counts == {"total": 1, "skipped": 0, "finished": 1, "failed": 0}
+    rows = [line for line in (out / "results.jsonl").read_text().splitlines() if line]
+    assert len(rows) == 1 and (out / "results.csv").exists()
+    again = run_sweep(load_spec(str(spec_path)), str(out), engine="ray", progress=False)
+    assert again["skipped"] == 1 and again["finished"] == 0
