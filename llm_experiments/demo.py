@@ -278,7 +278,9 @@ def verdict_lines(s: DemoSummary) -> list[str]:
     can and cannot show."""
     ranked = sorted(s.runs, key=lambda r: -r.mean_accuracy if math.isfinite(r.mean_accuracy)
                     else math.inf)
-    lines = [f"runs ranked by mean accuracy over compute (mu = {s.mu:g}); compute to reach "
+    budget = min(r.compute for r in s.runs)
+    lines = [f"runs ranked by mean accuracy over the first {budget:.4g} updates of compute (the "
+             f"compute every run spent, mu = {s.mu:g}); compute to reach "
              f"{s.target_accuracy:.3f}:"]
     for i, r in enumerate(ranked, 1):
         reach = f"{r.compute_to_target:.4g}" if math.isfinite(r.compute_to_target) \
@@ -287,7 +289,8 @@ def verdict_lines(s: DemoSummary) -> list[str]:
                      f"mean acc {r.mean_accuracy:.3f}  final {r.final_accuracy:.3f}  "
                      f"compute to target: {reach}")
     pred = [i for i, r in enumerate(ranked, 1) if r.predicted]
-    where = f"ranked {pred[0]} of {len(ranked)}" if pred else "was not run (on-policy chosen)"
+    where = f"ranked {pred[0]} of {len(ranked)} on that window" if pred \
+        else "was not run (on-policy chosen)"
     lines.append(f"The predicted configuration {where}. One seed per run: this shows the "
                  f"pipeline end to end, not whether the prediction holds (seed noise alone "
                  f"can reorder these runs); the evidence is the seed-bootstrap sweep in "

@@ -211,8 +211,7 @@ def judge_one(grid: Grid, reg: Registration, measure: Measure, table: np.ndarray
         "gate_spearman": gate, "gate_passed": bool(gate >= reg.threshold),
         "gate_halvings": gate_distribution(table, measure.better, seed=reg.rng_seed,
                                            level=reg.level).as_dict(),
-        "seeds_per_cell": [int(np.isfinite(table[i]).any(axis=0).sum()
-                               + np.isinf(table[i]).any(axis=0).sum())
+        "seeds_per_cell": [int((~np.isnan(table[i])).any(axis=0).sum())
                            for i in range(len(grid.cells))]}
 
 
