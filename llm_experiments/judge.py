@@ -104,7 +104,7 @@ def measures(reg: Registration, budget_of) -> list[Measure]:
 
 
 @dataclass
-class Grid:
+class SweepGrid:
     """The judged cells (grid and on-policy) and their (cells, lrs, seeds) score layout."""
 
     cells: list
@@ -118,7 +118,7 @@ class Grid:
     batch_size: int
 
     @classmethod
-    def of(cls, runs: list[Run]) -> Grid:
+    def of(cls, runs: list[Run]) -> SweepGrid:
         groups = {c: rs for c, rs in by_cell(runs).items()
                   if kind(rs[0]) in ("grid", "on_policy")}
         cells = sorted(groups, key=lambda c: (kind(groups[c][0]) != "on_policy",
@@ -167,7 +167,7 @@ def probe_paths(folder: str, loss: str) -> list[str]:
     return sorted(paths)
 
 
-def objectives(reg: Registration, grid: Grid, calibration_dir: str, mus: dict) -> dict:
+def objectives(reg: Registration, grid: SweepGrid, calibration_dir: str, mus: dict) -> dict:
     """variant -> mu key -> (cells,) the variant's predicted objective J at each cell (the
     prediction's calibration, theory.md section 5); on-policy is the cell (1, 1)."""
     probes = load_probes(probe_paths(calibration_dir, reg.loss))
@@ -185,7 +185,7 @@ def objectives(reg: Registration, grid: Grid, calibration_dir: str, mus: dict) -
     return out
 
 
-def judge_one(grid: Grid, reg: Registration, measure: Measure, table: np.ndarray,
+def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.ndarray,
               mu_key: str, objective: dict, baseline: float) -> dict:
     """The verdict of one (mu, measure) as a record (see the module docstring)."""
     candidates = np.ones(len(grid.cells), bool)
@@ -215,7 +215,7 @@ def judge_one(grid: Grid, reg: Registration, measure: Measure, table: np.ndarray
                            for i in range(len(grid.cells))]}
 
 
-def cell_records(grid: Grid, table: np.ndarray, better: str, p_best: np.ndarray) -> list:
+def cell_records(grid: SweepGrid, table: np.ndarray, better: str, p_best: np.ndarray) -> list:
     """Per cell: median at the best lr, that lr, whether it is an edge of the cell's lrs."""
     out = []
     for i, label in enumerate(grid.labels):
@@ -232,7 +232,7 @@ def cell_records(grid: Grid, table: np.ndarray, better: str, p_best: np.ndarray)
     return out
 
 
-def interior(grid: Grid, i: int) -> dict:
+def interior(grid: SweepGrid, i: int) -> dict:
     """Whether cell ``i`` lies strictly inside the measured grid in x and in y (on-policy:
     neither)."""
     if i == grid.on_policy:
@@ -249,7 +249,7 @@ def judge(curves: str, reg: Registration, calibration_dir: str | None) -> list[d
     runs = [r for r in load_runs(curves) if r.get("trainer.loss", reg.loss) == reg.loss]
     if not runs:
         raise ValueError(f"{curves} holds no finished run of loss {reg.loss!r}")
-    grid = Grid.of(runs)
+    grid = SweepGrid.of(runs)
     onp = grid.runs[grid.cells[grid.on_policy]] if grid.on_policy >= 0 else runs
     mus = {MEASURED: float(np.median([r.summary["mu_measured"] for r in onp])),
            **{f"{m:g}": m for m in reg.accounting_mus}}
