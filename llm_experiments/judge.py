@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replaytheory import calibrate
-from replaytheory.analysis import mean_over_budget, split_half_spearman
+from replaytheory.analysis import best_option, mean_over_budget, split_half_spearman
 from replaytheory.io import write_json
 from replaytheory.verdicts import bootstrap_verdict, gate_distribution, regret_gain, regret_ratio
 
@@ -217,16 +217,15 @@ def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.nd
 
 def cell_records(grid: SweepGrid, table: np.ndarray, better: str, p_best: np.ndarray) -> list:
     """Per cell: median at the best lr, that lr, whether it is an edge of the cell's lrs."""
+    best, idx = best_option(table, better)
     out = []
     for i, label in enumerate(grid.labels):
-        med = np.array([np.median(row[~np.isnan(row)]) if (~np.isnan(row)).any()
-                        else np.nan for row in table[i]])
-        have = np.flatnonzero(~np.isnan(med))
-        if have.size == 0:
+        have = np.flatnonzero((~np.isnan(table[i])).any(axis=1))  # lrs this cell ran
+        if idx[i] < 0:
             continue
-        j = have[np.argmax(med[have])] if better == "max" else have[np.argmin(med[have])]
+        j = int(idx[i])
         out.append({"label": label, "horizon": float(grid.horizons[i]),
-                    "replay_ratio": float(grid.ratios[i]), "score": float(med[j]),
+                    "replay_ratio": float(grid.ratios[i]), "score": float(best[i]),
                     "lr": grid.lrs[j], "lr_at_edge": bool(j in (have[0], have[-1])),
                     "p_best": float(p_best[i])})
     return out
