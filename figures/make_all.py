@@ -3,7 +3,8 @@
 Theory figures come from ``replaytheory`` directly; the simulation figures from the committed
 ``results/sim_validation/`` (written by ``replaytheory validate-sim --preset full``); the
 paired figures from the committed ``results/cpu_sweep/``; the diagnosis figure from
-``results/diagnosis/diagnosis.json``. A family whose saved results are
+``results/diagnosis/diagnosis.json``; the verdict figures from every judged
+``results/<sweep>/validation.json`` (``judge`` / ``verify``). A family whose saved results are
 missing is reported and skipped so the others still build.
 """
 
@@ -36,7 +37,22 @@ def _diagnosis(out):
     return diagnosis.draw(RESULTS / "diagnosis" / "diagnosis.json", out)  # raises if absent
 
 
-FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis}
+def _verdicts(out):
+    from figures import verdicts
+    paths = []
+    for path in sorted(RESULTS.glob("*/validation.json")):
+        try:
+            verdicts.load_records(path)
+        except ValueError:  # the paired validation's own format, drawn by ``paired``
+            continue
+        paths += verdicts.main_one(path.parent, out)
+    if not paths:
+        raise FileNotFoundError(f"no judged validation.json under {RESULTS}")
+    return paths
+
+
+FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
+            "verdicts": _verdicts}
 
 
 def main(argv=None) -> int:

@@ -241,13 +241,31 @@ def interior(grid: SweepGrid, i: int) -> dict:
     return {"x": bool(hs.min() < grid.horizons[i] < hs.max()),
             "y": bool(ys.min() < grid.ratios[i] < ys.max())}
 
-def judge(curves: str, reg: Registration, calibration_dir: str | None) -> list[dict]:
+def complete_seeds(runs: list[Run]) -> list[Run]:
+    """The runs of the seeds that finished every (cell, learning rate) any seed finished.
+
+    An interim verdict of a sweep still running (seed-major) uses these, so that no cell's
+    median rests on fewer seeds than another's."""
+    done = {}
+    for r in runs:
+        done.setdefault(r.seed, set()).add((r.cell, r.lr))
+    every = set().union(*done.values()) if done else set()
+    keep = {s for s, have in done.items() if have == every}
+    return [r for r in runs if r.seed in keep]
+
+
+def judge(curves: str, reg: Registration, calibration_dir: str | None,
+          only_complete_seeds: bool = False) -> list[dict]:
     """All verdicts of a registered sweep: one record per (mu, measure); see the module
     docstring. ``calibration_dir``: the probes the predictions came from (for the Spearman of
-    each prediction's objective; None = no Spearman)."""
+    each prediction's objective; None = no Spearman). ``only_complete_seeds``: judge only the
+    seeds that finished every run (``complete_seeds``), for an interim verdict."""
     runs = [r for r in load_runs(curves) if r.get("trainer.loss", reg.loss) == reg.loss]
+    if only_complete_seeds:
+        runs = complete_seeds(runs)
     if not runs:
-        raise ValueError(f"{curves} holds no finished run of loss {reg.loss!r}")
+        raise ValueError(f"{curves} holds no finished run of loss {reg.loss!r}"
+                         + (" in a complete seed" if only_complete_seeds else ""))
     grid = SweepGrid.of(runs)
     onp = grid.runs[grid.cells[grid.on_policy]] if grid.on_policy >= 0 else runs
     mus = {MEASURED: float(np.median([r.summary["mu_measured"] for r in onp])),
@@ -267,7 +285,7 @@ def judge(curves: str, reg: Registration, calibration_dir: str | None) -> list[d
             table = grid.table(lambda r: m.score(r, mu_run(r)))
             rec = judge_one(grid, reg, m, table, pred_key, obj, baseline)
             records.append({"mu": mu, "mu_source": key, "budget": budget(mu)
-                            if m.name == "auc" else None, **rec})
+                            if m.name == "auc" else None, "seeds": grid.seeds, **rec})
     return records
 
 
@@ -279,8 +297,11 @@ def main(argv=None) -> int:
     p.add_argument("--registration", required=True, help="preregistration.json")
     p.add_argument("--calibration", help="probes of the judged predictions (*<loss>*.npz)")
     p.add_argument("--out", required=True, help="validation.json to write")
+    p.add_argument("--complete-seeds", action="store_true", help="judge only the seeds that "
+                   "finished every run (an interim verdict of a sweep still running)")
     a = p.parse_args(argv)
-    records = judge(a.curves, Registration.load(a.registration), a.calibration)
+    records = judge(a.curves, Registration.load(a.registration), a.calibration,
+                    only_complete_seeds=a.complete_seeds)
     write_json(a.out, records)
     for r in records:
         preds = "; ".join(f"{v} {d['cell']} regret {d['regret']['median']:.2f} "

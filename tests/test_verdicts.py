@@ -112,3 +112,18 @@ def test_judge_on_the_tiny_sweep(tmp_path):
             assert p["cell"] == "x=4, y=2"
             if p["cell"] == r["best_cell"]:
                 assert p["regret"]["median"] == 0.0
+
+
+def test_interim_judge_keeps_only_seeds_that_finished_every_run(tmp_path):
+    """A seed-major sweep cut short: the seed missing one run is left out whole."""
+    from llm_experiments.judge import complete_seeds
+    from llm_experiments.results import load_runs
+    runs = load_runs("tests/fixtures/tiny_sweep/curves.jsonl")
+    seeds = sorted({r.seed for r in runs})
+    assert len(seeds) >= 2
+    dropped = next(r for r in runs if r.seed == seeds[-1])
+    partial = [r for r in runs if r is not dropped]
+    kept = complete_seeds(partial)
+    assert sorted({r.seed for r in kept}) == seeds[:-1]
+    assert len(kept) == sum(r.seed != seeds[-1] for r in runs)
+    assert complete_seeds(runs) == runs

@@ -1,0 +1,139 @@
+"""Figures and tables of a judged sweep: where the optimum is and how each prediction fares.
+
+Reads a ``validation.json`` written by ``python -m llm_experiments judge`` (or ``verify``):
+one record per (mu, measure) with each cell's probability of being best and each
+prediction's nearest cell, regret and Spearman (theory.md section 8). Writes, for the primary
+measure (``auc``):
+
+* ``verdicts_<name>``: one panel per mu, the probability that each (x, y) cell is best over
+  the seed bootstrap (on-policy's in the title), each prediction's cell marked;
+* ``verdicts_<name>.md``: per mu, the best cell with its probability and, per prediction,
+  its cell, regret (median and interval) and Spearman (median and interval).
+
+Run: ``python -m figures.verdicts RESULTS_DIR [...] [--out DIR]``; ``<name>`` is the
+folder's name (e.g. ``heldout_digits3``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from figures.style import PALETTE, plt, save
+from replaytheory.io import atomic_write
+
+PRIMARY = "auc"
+MARKERS = "os^vDP*X"
+
+
+def load_records(path) -> list[dict]:
+    """The judge's records of one ``validation.json`` (a list of per-(mu, measure) dicts)."""
+    with open(path) as fh:
+        records = json.load(fh)
+    if not (isinstance(records, list) and records and "predictions" in records[0]
+            and "measure" in records[0]):
+        raise ValueError(f"{path} is not a validation.json written by the judge")
+    return records
+
+
+def mu_label(r: dict) -> str:
+    """Which mu a record is judged at, in words."""
+    if r["mu_source"] == "measured":
+        return f"measured mu = {r['mu']:.3g}"
+    if r["mu_source"] == "cell":
+        return f"each cell's own mu (on-policy {r['mu']:.3g})"
+    return f"accounting mu = {r['mu']:.3g}"
+
+
+def _fmt(d: dict | None) -> str:
+    """An interval record as 'median [low, high]'."""
+    if not d or d.get("median") is None or math.isnan(d["median"]):
+        return "n/a"
+    return f"{d['median']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
+
+
+def table(records: list[dict], name: str) -> str:
+    """The primary measure's verdicts as a markdown table, one row per (mu, prediction)."""
+    seeds = records[0].get("seeds")
+    lines = [f"# Verdicts of {name} ({PRIMARY}, seeds {seeds if seeds else 'n/a'})", "",
+             "Regret: the share of the best cell's gain over the warm start that the "
+             "predicted cell loses (median and 90% bootstrap interval over seeds); "
+             "Spearman: predicted J against the measured score over the grid.", "",
+             "| mu | best cell (P) | gate | prediction | its cell | P(its cell best) | regret "
+             "| Spearman |", "|---|---|---|---|---|---|---|---|"]
+    for r in (r for r in records if r["measure"] == PRIMARY):
+        p_best = {c["label"]: c["p_best"] for c in r["cells"]}
+        head = (f"{mu_label(r)} | {r['best_cell']} "
+                f"({r['best_probability']:.2f}) | {r['gate_spearman']:.2f}")
+        for v, d in r["predictions"].items():
+            lines.append(f"| {head} | {v} | {d['cell']} | {p_best.get(d['cell'], 0.0):.2f} | "
+                         f"{_fmt(d['regret'])} | {_fmt(d['spearman'])} |")
+            head = " | | "
+    return "\n".join(lines) + "\n"
+
+
+def draw(records: list[dict], name: str):
+    """The P(best) heatmaps of the primary measure, one panel per mu, predictions marked."""
+    recs = [r for r in records if r["measure"] == PRIMARY]
+    fig, axes = plt.subplots(1, len(recs), figsize=(3.2 * len(recs) + 1.5, 3.2), squeeze=False,
+                             layout="constrained")
+    for ax, r in zip(axes[0], recs):
+        grid = [c for c in r["cells"] if c["label"] != "on-policy"]
+        xs = sorted({c["horizon"] for c in grid})
+        ys = sorted({c["replay_ratio"] for c in grid})
+        p = np.full((len(ys), len(xs)), np.nan)
+        for c in grid:
+            p[ys.index(c["replay_ratio"]), xs.index(c["horizon"])] = c["p_best"]
+        ax.grid(False)
+        im = ax.imshow(p, origin="lower", vmin=0, vmax=1, cmap="Greys", aspect="auto")
+        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs])
+        ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys])
+        ax.set_xlabel("staleness horizon x")
+        ax.set_ylabel("replay ratio y")
+        onp = next((c["p_best"] for c in r["cells"] if c["label"] == "on-policy"), 0.0)
+        ax.set_title(f"{mu_label(r)}\non-policy P(best) = {onp:.2f}")
+        for k, (v, d) in enumerate(r["predictions"].items()):
+            cell = next((c for c in grid if c["label"] == d["cell"]), None)
+            if cell is None:
+                continue
+            # Markers are spread around the cell centre so that variants on one cell show.
+            dx = 0.22 * math.cos(2 * math.pi * k / len(r["predictions"]))
+            dy = 0.22 * math.sin(2 * math.pi * k / len(r["predictions"]))
+            ax.plot(xs.index(cell["horizon"]) + dx, ys.index(cell["replay_ratio"]) + dy,
+                    MARKERS[k % len(MARKERS)], color=PALETTE[1 + k % 7], ms=5, label=v)
+    fig.legend(*axes[0][-1].get_legend_handles_labels(), loc="outside right upper",
+               title="predicted")
+    fig.colorbar(im, ax=axes[0].tolist(), label="P(best)", shrink=0.8, location="left")
+    fig.suptitle(f"{name}: probability that each cell is best ({PRIMARY})")
+    return fig
+
+
+def main_one(results_dir, out=None) -> list[Path]:
+    """Draw the figure and write the table of ``results_dir/validation.json``."""
+    results_dir = Path(results_dir)
+    name = results_dir.name
+    records = load_records(results_dir / "validation.json")
+    out_dir = Path(out) if out else Path(__file__).resolve().parent / "out"
+    paths = save(draw(records, name), f"verdicts_{name}", out_dir)
+    md = out_dir / f"verdicts_{name}.md"
+    atomic_write(str(md), lambda fh: fh.write(table(records, name)))
+    return [*paths, md]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results", nargs="+", help="folders holding a judged validation.json")
+    p.add_argument("--out", help="output folder (default figures/out)")
+    a = p.parse_args(argv)
+    for d in a.results:
+        for path in main_one(d, a.out):
+            print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
