@@ -204,6 +204,42 @@ def _power_fit(s, means, w, offset):
     return alpha, tau, slope, icpt
 
 
+@dataclass(frozen=True)
+class _NoiseBins:
+    """sigma^2(s) per integer staleness bin with bootstrap replicates (theory.md section 8.2).
+
+    Attributes:
+        means: (1 + n_boot, k) bin means of squared noise minus reference error; row 0 is
+            the data, the others bootstrap replicates over probes (NaN for an empty bin).
+        se: (k,) bootstrap standard errors of the bin means.
+        table: ``NoiseFit.bins``. tabulated: ``TabulatedNoise`` of the bin means (clipped at 0).
+    """
+
+    means: np.ndarray
+    se: np.ndarray
+    table: dict
+    tabulated: TabulatedNoise
+
+
+@dataclass(frozen=True)
+class _PowerLawTest:
+    """The log-space power-law fit of the bin means and its verdict (theory.md section 8.2).
+
+    Attributes:
+        alpha, tau: (1 + n_boot,) fits, row 0 the data's, the rest per bootstrap replicate.
+        r2: weighted R^2. chi2, dof, p_value: chi-square test of the bin means against the fit
+            (p_value NaN when dof <= 0). reasons: why the power law is rejected (empty: it fits).
+    """
+
+    alpha: np.ndarray
+    tau: np.ndarray
+    r2: float
+    chi2: float
+    dof: int
+    p_value: float
+    reasons: list[str]
+
+
 def fit_noise_model(probes: ProbeSet, *, staleness_offset: float = 0.5, n_boot: int = 200,
                     seed: int = 0, min_probes: int = 3, min_staleness_values: int = 3
                     ) -> NoiseFit:
@@ -230,6 +266,25 @@ def fit_noise_model(probes: ProbeSet, *, staleness_offset: float = 0.5, n_boot: 
     if values.size < need:
         raise ValueError(f"probes.noise must span at least {need} distinct staleness values "
                          f"for a power-law fit, got {values.size}")
+    nb = _noise_bins(t, ids, bins, values, n_boot, seed)
+    fit = _power_law_test(values, nb, offset)
+    a0, t0 = float(fit.alpha[0]), float(fit.tau[0])
+    ok = not fit.reasons
+    power = PowerLawNoise(alpha=a0, tau=t0 if math.isfinite(t0) and t0 > 0 else 1.0) \
+        if a0 >= 0 else None
+    return NoiseFit(alpha=a0, alpha_interval=_interval(fit.alpha[1:]), tau=t0,
+                    tau_interval=_interval(fit.tau[1:]), r2=fit.r2, chi2=fit.chi2,
+                    dof=fit.dof, p_value=fit.p_value, power_law_ok=ok,
+                    reason="; ".join(fit.reasons) if fit.reasons else "power law fits",
+                    staleness_offset=offset, bins=nb.table, tabulated=nb.tabulated,
+                    power_law=power, model=power if ok else nb.tabulated)
+
+
+def _noise_bins(t: dict, ids: np.ndarray, bins: np.ndarray, values: np.ndarray, n_boot: int,
+                seed: int) -> _NoiseBins:
+    """Bin means of (squared noise - reference error) per staleness ``values`` (rows mapped
+    by ``bins``), bootstrapped over the probe clusters ``ids``, with the robust statistics of
+    theory.md section 8.2. Raises ValueError when no bin mean is > 0."""
     y = t["sq_noise"] - t["ref_sq_error"]
     sums, counts = _per_cluster(ids, bins, values.size, y, np.ones_like(y))
     wts = _boot_weights(sums.shape[0], n_boot, seed)
@@ -250,14 +305,23 @@ def fit_noise_model(probes: ProbeSet, *, staleness_offset: float = 0.5, n_boot: 
                  "ci_low": lo, "ci_high": hi, "median": median, "trimmed_mean": trimmed,
                  "top1_share": top1}
     tab = TabulatedNoise(values.astype(float), np.clip(mean, 0, None), n_bin)
+    return _NoiseBins(means=means, se=se, table=bin_table, tabulated=tab)
 
+
+def _power_law_test(values: np.ndarray, nb: _NoiseBins, offset: float) -> _PowerLawTest:
+    """Fit log sigma^2 = 2 alpha log(s + s0) - 2 alpha log tau to the positive bin means
+    (weights (mean / se)^2, s0 = ``offset`` >= 0) and test it: the power law is rejected with
+    fewer than 3 positive bins, alpha < 0 (A3, theory.md section 4.2) or chi-square p below
+    ``P_VALUE_MIN`` (section 8.2)."""
+    means, se = nb.means, nb.se
+    mean = means[0]
     pos = mean > 0
     rel = np.where(pos, se / np.where(pos, mean, 1), np.inf)
     rel = np.maximum(rel, 1e-6)
     w = np.where(pos, 1 / rel**2, 0.0)
     alpha, tau, slope, icpt = _power_fit(values.astype(float)[pos], means[:, pos], w[pos],
                                          offset)
-    a0, t0 = float(alpha[0]), float(tau[0])
+    a0 = float(alpha[0])
     z = np.log(mean[pos])
     fitted = slope[0] * np.log(values[pos] + offset) + icpt[0]
     chi2 = float(np.sum(w[pos] * (z - fitted) ** 2))
@@ -273,15 +337,8 @@ def fit_noise_model(probes: ProbeSet, *, staleness_offset: float = 0.5, n_boot: 
     if dof > 0 and p_value < P_VALUE_MIN:
         reasons.append(f"the power law misfits the bin means (chi2 = {chi2:.3g} on {dof} dof, "
                        f"p = {p_value:.2g}, R^2 = {r2:.2f})")
-    ok = not reasons
-    power = PowerLawNoise(alpha=a0, tau=t0 if math.isfinite(t0) and t0 > 0 else 1.0) \
-        if a0 >= 0 else None
-    return NoiseFit(alpha=a0, alpha_interval=_interval(alpha[1:]), tau=t0,
-                    tau_interval=_interval(tau[1:]), r2=r2, chi2=chi2, dof=dof,
-                    p_value=p_value, power_law_ok=ok,
-                    reason="; ".join(reasons) if reasons else "power law fits",
-                    staleness_offset=offset, bins=bin_table, tabulated=tab, power_law=power,
-                    model=power if ok else tab)
+    return _PowerLawTest(alpha=alpha, tau=tau, r2=r2, chi2=chi2, dof=dof, p_value=p_value,
+                         reasons=reasons)
 
 
 def _top_share(x: np.ndarray) -> float:

@@ -474,44 +474,44 @@ def _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, 
     return mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr
 
 
-def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: int,
-                     smoothness: float, kappa: float, f0: float, budget: float,
-                     lr: float | None = None, average: str | None = None,
-                     horizon_range=(1.0, 1e5), replay_range=(1e-2, 1e4)) -> FiniteLRDesign:
-    """Minimise the Theorem's full bound over (x, y) (and eta if ``lr`` is None), section 4.
+@dataclass(frozen=True)
+class _SearchBox:
+    """Search box of ``finite_lr_design`` (theory.md section 5.8): horizon x in [x_lo, x_hi]
+    (steps) and replay ratio y in [y_lo, y_hi], all > 0 with lo < hi."""
 
-    The asymptotic design drops the bias (kappa) term; at a fixed step size and budget it
-    stays. Here the batch size B is held fixed (the user's batch), R = B/y and N = xR with
-    N >= B (y <= x), and the number of updates is ``budget / (1 + mu/y)`` (budget in
-    trainer-update units).
+    x_lo: float
+    x_hi: float
+    y_lo: float
+    y_hi: float
 
-    Args:
-        mu: generation cost of one batch over one update, > 0. rho: coupling in [0, 1].
-        noise: staleness-noise model (its scale matters here, unlike in ``optimal_design``).
-        batch_size: B, integer >= 1. smoothness: L > 0. kappa: bias constant >= 0.
-        f0: F(theta_0) >= 0. budget: total compute in trainer updates, > 0.
-        lr: fixed step size > 0 (admissible points only: x <= 1/(2 sqrt2 kappa eta), and
-            eta < 1/(2L) required), or None to optimise it for each (x, y).
-        average: sigma_bar^2 average (model default if None).
-        horizon_range, replay_range: search boxes for x and y (positive, lo < hi); x starts
-            at 1 by default (a buffer smaller than one step of rollouts discards rollouts).
-    Raises:
-        BoundConditionError / ValueError: bad arguments, or no admissible point.
-    """
-    args = _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, average)
-    mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr = args
+
+@dataclass(frozen=True)
+class _BoxOptimum:
+    """The minimiser of the finite-step bound in a ``_SearchBox``: x = N/R (steps), y = B/R."""
+
+    horizon: float
+    replay_ratio: float
+
+
+def _check_search_box(horizon_range, replay_range) -> _SearchBox:
+    """Validate ``finite_lr_design``'s (lo, hi) ranges: positive, lo < hi."""
     x_lo, x_hi = (v.positive("horizon_range[0]", horizon_range[0]),
                   v.positive("horizon_range[1]", horizon_range[1]))
     y_lo, y_hi = (v.positive("replay_range[0]", replay_range[0]),
                   v.positive("replay_range[1]", replay_range[1]))
     if x_lo >= x_hi or y_lo >= y_hi:
         raise ValueError("horizon_range and replay_range must be (lo, hi) with lo < hi")
+    return _SearchBox(x_lo=x_lo, x_hi=x_hi, y_lo=y_lo, y_hi=y_hi)
 
-    def evaluate(x, y):
-        return _finite_bound(x, y, *args)
 
-    ux = np.linspace(math.log(x_lo), math.log(x_hi), 81)
-    uy = np.linspace(math.log(y_lo), math.log(y_hi), 81)
+def _minimise_in_box(evaluate, box: _SearchBox) -> _BoxOptimum:
+    """Minimise ``evaluate(x, y)[0]`` (the bound of theory.md section 5.8) over ``box``: an
+    81 x 81 log grid, polished by Nelder-Mead in log space and kept only if it improves.
+
+    Raises ValueError when no grid point is admissible (finite bound).
+    """
+    ux = np.linspace(math.log(box.x_lo), math.log(box.x_hi), 81)
+    uy = np.linspace(math.log(box.y_lo), math.log(box.y_hi), 81)
     gx, gy = np.meshgrid(np.exp(ux), np.exp(uy), indexing="ij")
     vals, _ = evaluate(gx, gy)
     if not np.any(np.isfinite(vals)):
@@ -530,7 +530,58 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
     u = np.clip(res.x, [ux[0], uy[0]], [ux[-1], uy[-1]])
     if obj(u) > obj([ux[i], uy[j]]):
         u = np.array([ux[i], uy[j]])
-    x, y = float(math.exp(u[0])), float(math.exp(u[1]))
+    return _BoxOptimum(horizon=float(math.exp(u[0])), replay_ratio=float(math.exp(u[1])))
+
+
+def _finite_notes(noise, opt: _BoxOptimum, box: _SearchBox, *, lr, eta: float, r: float,
+                  big_l: float, kappa: float) -> list[str]:
+    """Caveats of a finite-step design: A3 (``a3_notes``), an optimum on the edge of the
+    search box, an optimised step size eta on the theorem's limit (theory.md section 4.4)."""
+    x, y = opt.horizon, opt.replay_ratio
+    notes = list(a3_notes(noise))
+    for name, val, lo_, hi_ in (("horizon", x, box.x_lo, box.x_hi),
+                                ("replay_ratio", y, box.y_lo, box.y_hi)):
+        if val <= lo_ * (1 + 1e-6) or val >= hi_ * (1 - 1e-6):
+            notes.append(f"{name} optimum lies on the edge of its search range "
+                         f"[{lo_:g}, {hi_:g}]: widen it")
+    if lr is None and eta >= step_size_limit(x * r, r, big_l, kappa) * (1 - 1e-6):
+        notes.append("the best step size sits on the Theorem's admissible limit")
+    return notes
+
+
+def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: int,
+                     smoothness: float, kappa: float, f0: float, budget: float,
+                     lr: float | None = None, average: str | None = None,
+                     horizon_range=(1.0, 1e5), replay_range=(1e-2, 1e4)) -> FiniteLRDesign:
+    """Minimise the Theorem's full bound over (x, y) (and eta if ``lr`` is None), section 4.
+
+    The asymptotic design drops the bias (kappa) term; at a fixed step size and budget it
+    stays. Here the batch size B is held fixed (the user's batch), R = B/y and N = xR with
+    N >= B (y <= x), and the number of updates is ``budget / (1 + mu/y)`` (budget in
+    trainer-update units). The search is described in theory.md section 5.8.
+
+    Args:
+        mu: generation cost of one batch over one update, > 0. rho: coupling in [0, 1].
+        noise: staleness-noise model (its scale matters here, unlike in ``optimal_design``).
+        batch_size: B, integer >= 1. smoothness: L > 0. kappa: bias constant >= 0.
+        f0: F(theta_0) >= 0. budget: total compute in trainer updates, > 0.
+        lr: fixed step size > 0 (admissible points only: x <= 1/(2 sqrt2 kappa eta), and
+            eta < 1/(2L) required), or None to optimise it for each (x, y).
+        average: sigma_bar^2 average (model default if None).
+        horizon_range, replay_range: search boxes for x and y (positive, lo < hi); x starts
+            at 1 by default (a buffer smaller than one step of rollouts discards rollouts).
+    Raises:
+        BoundConditionError / ValueError: bad arguments, or no admissible point.
+    """
+    args = _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, average)
+    mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr = args
+    box = _check_search_box(horizon_range, replay_range)
+
+    def evaluate(x, y):
+        return _finite_bound(x, y, *args)
+
+    opt = _minimise_in_box(evaluate, box)
+    x, y = opt.horizon, opt.replay_ratio
     _, eta = evaluate(x, y)
     eta = float(eta)
     r = b / y
@@ -541,13 +592,7 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
                                noise=noise, average=avg)
     on_val, _ = evaluate(1.0, 1.0)
     on_val = float(on_val)
-    notes = list(a3_notes(noise))
-    for name, val, lo_, hi_ in (("horizon", x, x_lo, x_hi), ("replay_ratio", y, y_lo, y_hi)):
-        if val <= lo_ * (1 + 1e-6) or val >= hi_ * (1 - 1e-6):
-            notes.append(f"{name} optimum lies on the edge of its search range "
-                         f"[{lo_:g}, {hi_:g}]: widen it")
-    if lr is None and eta >= step_size_limit(x * r, r, big_l, kappa) * (1 - 1e-6):
-        notes.append("the best step size sits on the Theorem's admissible limit")
+    notes = _finite_notes(noise, opt, box, lr=lr, eta=eta, r=r, big_l=big_l, kappa=kappa)
     return FiniteLRDesign(horizon=x, replay_ratio=y, lr=eta, batch_size=b,
                           rollouts_per_step=r, buffer_size=n, steps=steps, bound=result,
                           on_policy_bound=on_val,

@@ -12,12 +12,56 @@ simulators; the LLM harness may call it with its own vectors.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import checks as v
 from .probes import SCHEMA, UNIT_SEQUENCE
 
 TABLES = tuple(SCHEMA)
+
+
+@dataclass(frozen=True)
+class _ProbeInputs:
+    """One probe's validated inputs (theory.md sections 4.1 and 8.1).
+
+    Attributes:
+        noise: (n, D) float, e_i = G(theta_t, z_i) - g_ref (gradient units), n >= 1.
+        staleness: (n,) int64 >= 0, steps since each rollout was generated.
+        drift: (n,) float >= 0, ||theta_t - theta_{t - s_i}|| (parameter-norm units).
+        g_ref: (D,) float, the reference gradient.
+        ref_sq_error: estimated ||g_ref - grad F||^2 >= 0 (squared gradient units).
+        probe_step: t (trainer steps). buffer_size: N >= 1. rollouts_per_step: R >= 1.
+        unit: 0 sequence, 1 group.
+    """
+
+    noise: np.ndarray
+    staleness: np.ndarray
+    drift: np.ndarray
+    g_ref: np.ndarray
+    ref_sq_error: float
+    probe_step: int
+    buffer_size: int
+    rollouts_per_step: int
+    unit: int
+
+
+@dataclass(frozen=True)
+class _StalenessSums:
+    """One probe's noise aggregated by staleness 0..h-1 (theory.md section 4.5).
+
+    Attributes:
+        sq: (n,) ||e_i||^2 per sample (squared gradient units, >= 0).
+        counts: (h,) float, samples per staleness (>= 0); h = max staleness + 1.
+        sums: (h, D) S_s = sum of the e_i with staleness s.
+        sq_by: (h,) sum of ||e_i||^2 over the samples with staleness s.
+    """
+
+    sq: np.ndarray
+    counts: np.ndarray
+    sums: np.ndarray
+    sq_by: np.ndarray
 
 
 def measure_probe(noise, staleness, drift, g_ref, ref_sq_error: float, drawn, *,
@@ -39,6 +83,31 @@ def measure_probe(noise, staleness, drift, g_ref, ref_sq_error: float, drawn, *,
     Returns:
         {table: {column: 1-d array}} with the required columns of each table asked for.
     """
+    p = _check_probe_inputs(noise, staleness, drift, g_ref, ref_sq_error,
+                           probe_step=probe_step, buffer_size=buffer_size,
+                           rollouts_per_step=rollouts_per_step, unit=unit)
+    for name in tables:
+        v.choice("tables", name, TABLES)
+    agg = _staleness_sums(p.noise, p.staleness)
+    out: dict[str, dict[str, np.ndarray]] = {}
+    if "noise" in tables:
+        out["noise"] = _noise_rows(p, agg)
+    if "coupling" in tables:
+        out["coupling"] = _coupling_rows(p, agg)
+    if "bias" in tables:
+        out["bias"] = _bias_rows(p, agg)
+    if "minibatch" in tables:
+        out["minibatch"] = _minibatch_rows(p, agg, drawn)
+    return out
+
+
+def _check_probe_inputs(noise, staleness, drift, g_ref, ref_sq_error: float, *, probe_step: int,
+                       buffer_size: int, rollouts_per_step: int, unit: int) -> _ProbeInputs:
+    """Validate and convert ``measure_probe``'s arguments (same meanings and ranges there).
+
+    Raises ValueError naming the parameter: noise not (n, D) with n >= 1, staleness or drift
+    not of shape (n,), a staleness < 0, ref_sq_error < 0, buffer_size or rollouts_per_step < 1.
+    """
     e = np.asarray(noise, dtype=float)
     if e.ndim != 2 or e.shape[0] < 1:
         raise ValueError(f"noise must be an (n, D) array with n >= 1, got shape {e.shape}")
@@ -54,81 +123,107 @@ def measure_probe(noise, staleness, drift, g_ref, ref_sq_error: float, drawn, *,
     ref_err = v.nonnegative("ref_sq_error", ref_sq_error)
     n_buf = v.integer("buffer_size", buffer_size, 1)
     r = v.integer("rollouts_per_step", rollouts_per_step, 1)
-    for name in tables:
-        v.choice("tables", name, TABLES)
+    return _ProbeInputs(noise=e, staleness=stal, drift=dr, g_ref=g, ref_sq_error=ref_err,
+                       probe_step=probe_step, buffer_size=n_buf, rollouts_per_step=r,
+                       unit=unit)
 
+
+def _staleness_sums(e: np.ndarray, stal: np.ndarray) -> _StalenessSums:
+    """Squared norms of the (n, D) noise ``e`` and their sums per staleness ``stal`` (>= 0)."""
     sq = np.einsum("ij,ij->i", e, e)
     h = int(stal.max()) + 1
     counts = np.bincount(stal, minlength=h).astype(float)
     sums = np.zeros((h, e.shape[1]))
     np.add.at(sums, stal, e)
     sq_by = np.bincount(stal, weights=sq, minlength=h)
-    out: dict[str, dict[str, np.ndarray]] = {}
+    return _StalenessSums(sq=sq, counts=counts, sums=sums, sq_by=sq_by)
 
-    if "noise" in tables:
-        out["noise"] = {"probe_step": np.full(n, probe_step, float),
-                        "staleness": stal.astype(float),
-                        "drift": dr, "sq_noise": sq, "ref_sq_error": np.full(n, ref_err),
-                        "unit": np.full(n, unit, float)}
 
-    if "coupling" in tables:
-        # Ordered pairs of distinct slots, aggregated by |staleness difference| through
-        # per-staleness sums: sum_{i in a, j in b} <e_i, e_j> = <S_a, S_b>.
-        gram = sums @ sums.T
-        a, b = np.indices((h, h))
-        gap = np.abs(a - b).ravel()
-        pairs = np.outer(counts, counts).ravel()
-        inner = gram.ravel()
-        sqsum = ((sq_by[:, None] * counts[None, :] + counts[:, None] * sq_by[None, :]) / 2).ravel()
-        same = np.arange(h)
-        pairs_g = np.bincount(gap, weights=pairs, minlength=h)
-        inner_g = np.bincount(gap, weights=inner, minlength=h)
-        sq_g = np.bincount(gap, weights=sqsum, minlength=h)
-        pairs_g[0] -= counts[same].sum()
-        inner_g[0] -= sq_by.sum()
-        sq_g[0] -= sq_by.sum()
-        keep = pairs_g > 0
-        k = int(keep.sum())
-        out["coupling"] = {
-            "probe_step": np.full(k, probe_step, float), "gap": np.flatnonzero(keep).astype(float),
-            "n_pairs": pairs_g[keep] / 2, "mean_inner": inner_g[keep] / pairs_g[keep],
-            "mean_sq": sq_g[keep] / pairs_g[keep], "ref_sq_error": np.full(k, ref_err),
-            "buffer_size": np.full(k, n_buf, float), "rollouts_per_step": np.full(k, r, float),
-            "unit": np.full(k, unit, float)}
+def _noise_rows(p: _ProbeInputs, agg: _StalenessSums) -> dict[str, np.ndarray]:
+    """``noise`` rows, one per buffer sample: ||e_i||^2 with its staleness and drift (8.1)."""
+    n = p.noise.shape[0]
+    return {"probe_step": np.full(n, p.probe_step, float),
+            "staleness": p.staleness.astype(float),
+            "drift": p.drift, "sq_noise": agg.sq, "ref_sq_error": np.full(n, p.ref_sq_error),
+            "unit": np.full(n, p.unit, float)}
 
-    if "bias" in tables:
-        ok = counts >= 2
-        mean_vec = sums[ok] / counts[ok, None]
-        drift_by = np.bincount(stal, weights=dr, minlength=h)[ok] / counts[ok]
-        g_norm = float(np.linalg.norm(g))
-        m_norm = np.linalg.norm(mean_vec, axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            cos = np.where((m_norm > 0) & (g_norm > 0), mean_vec @ g / (m_norm * g_norm), 0.0)
-        k = int(ok.sum())
-        out["bias"] = {"probe_step": np.full(k, probe_step, float),
-                       "staleness": np.flatnonzero(ok).astype(float), "drift": drift_by,
-                       "n_samples": counts[ok], "mean_sq": m_norm**2,
-                       "noise_sq": sq_by[ok] / counts[ok], "grad_sq": np.full(k, g_norm**2),
-                       "cos_grad": cos, "ref_sq_error": np.full(k, ref_err),
-                       "unit": np.full(k, unit, float)}
 
-    if "minibatch" in tables:
-        idx = np.asarray(drawn, dtype=np.int64)
-        if idx.size == 0:
-            raise ValueError("drawn must hold the minibatch's slot indices for a minibatch row")
-        if np.any((idx < 0) | (idx >= n)):
-            raise ValueError(f"drawn indices must be in [0, {n - 1}]")
-        err = e[idx].mean(axis=0)
-        b = idx.size
-        out["minibatch"] = {"probe_step": np.array([probe_step], float),
-                            "horizon": np.array([n_buf / r]), "replay_ratio": np.array([b / r]),
-                            "batch_size": np.array([b], float),
-                            "buffer_size": np.array([n_buf], float),
-                            "rollouts_per_step": np.array([r], float),
-                            "sq_error": np.array([float(err @ err)]),
-                            "ref_sq_error": np.array([ref_err]),
-                            "sigma_bar2": np.array([float(sq.mean())])}
-    return out
+def _coupling_rows(p: _ProbeInputs, agg: _StalenessSums) -> dict[str, np.ndarray]:
+    """``coupling`` rows, one per insertion gap with a pair: mean <e_i, e_j> over the pairs
+    of distinct slots at that gap (the pair-averaged correlation c_bar of theory.md
+    section 4.5; A3's gap, section 4.2). ``n_pairs`` counts unordered pairs."""
+    counts, sq_by = agg.counts, agg.sq_by
+    h = counts.size
+    # Ordered pairs of distinct slots, aggregated by |staleness difference| through
+    # per-staleness sums: sum_{i in a, j in b} <e_i, e_j> = <S_a, S_b>.
+    gram = agg.sums @ agg.sums.T
+    a, b = np.indices((h, h))
+    gap = np.abs(a - b).ravel()
+    pairs = np.outer(counts, counts).ravel()
+    inner = gram.ravel()
+    sqsum = ((sq_by[:, None] * counts[None, :] + counts[:, None] * sq_by[None, :]) / 2).ravel()
+    same = np.arange(h)
+    pairs_g = np.bincount(gap, weights=pairs, minlength=h)
+    inner_g = np.bincount(gap, weights=inner, minlength=h)
+    sq_g = np.bincount(gap, weights=sqsum, minlength=h)
+    pairs_g[0] -= counts[same].sum()
+    inner_g[0] -= sq_by.sum()
+    sq_g[0] -= sq_by.sum()
+    keep = pairs_g > 0
+    k = int(keep.sum())
+    return {
+        "probe_step": np.full(k, p.probe_step, float), "gap": np.flatnonzero(keep).astype(float),
+        "n_pairs": pairs_g[keep] / 2, "mean_inner": inner_g[keep] / pairs_g[keep],
+        "mean_sq": sq_g[keep] / pairs_g[keep], "ref_sq_error": np.full(k, p.ref_sq_error),
+        "buffer_size": np.full(k, p.buffer_size, float),
+        "rollouts_per_step": np.full(k, p.rollouts_per_step, float),
+        "unit": np.full(k, p.unit, float)}
+
+
+def _bias_rows(p: _ProbeInputs, agg: _StalenessSums) -> dict[str, np.ndarray]:
+    """``bias`` rows, one per staleness held by >= 2 samples: the squared norm of their mean
+    noise and its cosine with g_ref (the stale bias of A2, theory.md sections 4.2 and
+    8.9.4); cos_grad is 0 where either norm is 0."""
+    counts, g = agg.counts, p.g_ref
+    ok = counts >= 2
+    mean_vec = agg.sums[ok] / counts[ok, None]
+    drift_by = np.bincount(p.staleness, weights=p.drift, minlength=counts.size)[ok] / counts[ok]
+    g_norm = float(np.linalg.norm(g))
+    m_norm = np.linalg.norm(mean_vec, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cos = np.where((m_norm > 0) & (g_norm > 0), mean_vec @ g / (m_norm * g_norm), 0.0)
+    k = int(ok.sum())
+    return {"probe_step": np.full(k, p.probe_step, float),
+            "staleness": np.flatnonzero(ok).astype(float), "drift": drift_by,
+            "n_samples": counts[ok], "mean_sq": m_norm**2,
+            "noise_sq": agg.sq_by[ok] / counts[ok], "grad_sq": np.full(k, g_norm**2),
+            "cos_grad": cos, "ref_sq_error": np.full(k, p.ref_sq_error),
+            "unit": np.full(k, p.unit, float)}
+
+
+def _minibatch_rows(p: _ProbeInputs, agg: _StalenessSums, drawn) -> dict[str, np.ndarray]:
+    """The ``minibatch`` row: ||mean of the drawn samples' noise||^2 (the batch error of
+    theory.md section 4.5) with x = N/R, y = B/R (section 5.1) and sigma_bar^2 = mean ||e_i||^2.
+
+    ``drawn``: B >= 1 slot indices in [0, n - 1], repeats allowed; raises ValueError otherwise.
+    """
+    n = p.noise.shape[0]
+    n_buf, r = p.buffer_size, p.rollouts_per_step
+    idx = np.asarray(drawn, dtype=np.int64)
+    if idx.size == 0:
+        raise ValueError("drawn must hold the minibatch's slot indices for a minibatch row")
+    if np.any((idx < 0) | (idx >= n)):
+        raise ValueError(f"drawn indices must be in [0, {n - 1}]")
+    err = p.noise[idx].mean(axis=0)
+    b = idx.size
+    return {"probe_step": np.array([p.probe_step], float),
+            "horizon": np.array([n_buf / r]), "replay_ratio": np.array([b / r]),
+            "batch_size": np.array([b], float),
+            "buffer_size": np.array([n_buf], float),
+            "rollouts_per_step": np.array([r], float),
+            "sq_error": np.array([float(err @ err)]),
+            "ref_sq_error": np.array([p.ref_sq_error]),
+            "sigma_bar2": np.array([float(agg.sq.mean())])}
 
 
 def measure_reuse(noise_now, ins_now, noise_then, ins_then, *, probe_step: int, gap: int,

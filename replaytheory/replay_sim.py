@@ -160,6 +160,106 @@ def simulate_replay(problem, cells, *, steps, lrs, seeds: int = 1,
         ``ReplayResult``. Loss of the quadratic: ||theta||^2 / 2; of the tabular problem:
         mean_p (max_k q - E_pi q), the expected regret.
     """
+    args = _check_replay_args(problem, cells, steps=steps, lrs=lrs, seeds=seeds,
+                              record_every=record_every, probe_every=probe_every,
+                              minibatch_every=minibatch_every, probe_lr=probe_lr,
+                              probe_start=probe_start, seed=seed)
+    shape = (args.cells.shape[0], args.lrs.size, args.seeds, args.record.size)
+    out = _Outputs(loss=np.full(shape, np.nan),
+                   loss_expected=np.full(shape, np.nan)
+                   if isinstance(problem, QuadraticProblem) else None)
+    t0 = time.perf_counter()
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (_, b, r) in enumerate(args.cells):
+        groups.setdefault((int(b), int(r)), []).append(i)
+    for g_idx, ((b, r), members) in enumerate(groups.items()):
+        _run_group(problem, args, _group_runs(args, g_idx, b, r, members), out)
+    probes = ProbeSet(concat_rows(out.parts, out.extra) if out.parts else {}, _run_counts(args))
+    return ReplayResult(problem=problem.to_dict(), cells=args.cells, lrs=args.lrs,
+                        seeds=args.seeds, steps=args.steps,
+                        record_steps=args.record.astype(float), loss=out.loss,
+                        loss_expected=out.loss_expected, probes=probes,
+                        seconds=time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
+class _ReplayArgs:
+    """``simulate_replay``'s validated arguments (meanings and ranges as there).
+
+    Attributes:
+        cells: (n, 3) int64 (N, B, R). steps: (n,) int64 updates per cell, >= 1.
+        lrs: step sizes > 0. seeds: runs per (cell, lr), >= 1.
+        record: sorted int steps after which the loss is recorded (0 and every cell's last).
+        probe_every, minibatch_every: steps between probes, >= 0 (0 = none).
+        probe_lr: index into ``lrs``. probe_start: first probe step >= 0 or None. seed: >= 0.
+    """
+
+    cells: np.ndarray
+    steps: np.ndarray
+    lrs: np.ndarray
+    seeds: int
+    record: np.ndarray
+    probe_every: int
+    minibatch_every: int
+    probe_lr: int
+    probe_start: int | None
+    seed: int
+
+
+@dataclass(frozen=True)
+class _GroupRuns:
+    """The runs of one (B, R) group, advanced together, one array row per run.
+
+    Attributes:
+        index: the group's position (seeds its random stream, offsets its run ids).
+        batch: B. rollouts: R. members: indices of the group's cells.
+        run_cell, run_lr, run_seed: (s,) cell, learning-rate index and seed of each run.
+        caps: (s,) buffer capacity N of each run. probed: the runs that are probed.
+        full_at: (s,) first step at which each run's buffer is full (ceil(N / R) - 1).
+    """
+
+    index: int
+    batch: int
+    rollouts: int
+    members: list[int]
+    run_cell: np.ndarray
+    run_lr: np.ndarray
+    run_seed: np.ndarray
+    caps: np.ndarray
+    probed: np.ndarray
+    full_at: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Buffer:
+    """Per-slot bookkeeping of one group's FIFOs (theory.md section 4.1); arrays are updated
+    in place.
+
+    Attributes:
+        ins: (s, max N) insertion step of each slot's rollout, -1 while empty.
+        uses: (s, max N) training uses of each slot's rollout so far (only with full probes).
+        history: per probed run, its last ``max(REUSE_GAPS)`` full probes (``_reuse_tables``).
+    """
+
+    ins: np.ndarray
+    uses: np.ndarray | None
+    history: dict[int, list]
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """What the groups fill: loss curves (``ReplayResult`` shapes) and probe rows with their
+    ``run``/``cell`` columns (``concat_rows`` arguments)."""
+
+    loss: np.ndarray
+    loss_expected: np.ndarray | None
+    parts: list = field(default_factory=list)
+    extra: list = field(default_factory=list)
+
+
+def _check_replay_args(problem, cells, *, steps, lrs, seeds, record_every, probe_every,
+                       minibatch_every, probe_lr, probe_start, seed) -> _ReplayArgs:
+    """Validate ``simulate_replay``'s arguments; ValueError names the parameter and range."""
     if not isinstance(problem, PROBLEMS):
         raise ValueError(f"problem must be a QuadraticProblem or TabularProblem, got "
                          f"{type(problem).__name__}")
@@ -181,91 +281,109 @@ def simulate_replay(problem, cells, *, steps, lrs, seeds: int = 1,
         probe_start = v.integer("probe_start", probe_start, 0)
     seed = v.integer("seed", seed, 0)
     record = np.unique(np.concatenate([np.arange(0, t_max + 1, every), step_arr]))
+    return _ReplayArgs(cells=cells, steps=step_arr, lrs=lrs, seeds=seeds, record=record,
+                       probe_every=probe_every, minibatch_every=minibatch_every,
+                       probe_lr=probe_lr, probe_start=probe_start, seed=seed)
 
-    expected = isinstance(problem, QuadraticProblem)
-    shape = (n_cells, lrs.size, seeds, record.size)
-    loss = np.full(shape, np.nan)
-    loss_exp = np.full(shape, np.nan) if expected else None
-    parts, extra = [], []
-    t0 = time.perf_counter()
 
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, (_, b, r) in enumerate(cells):
-        groups.setdefault((int(b), int(r)), []).append(i)
-    for g_idx, ((b, r), members) in enumerate(groups.items()):
-        run_cell = np.repeat(members, lrs.size * seeds)
-        run_lr = np.tile(np.repeat(np.arange(lrs.size), seeds), len(members))
-        run_seed = np.tile(np.arange(seeds), len(members) * lrs.size)
-        caps = cells[run_cell, 0]
-        s = caps.size
-        rng = np.random.default_rng([seed, g_idx])
-        state = problem.start(caps, lrs[run_lr], b, r, rng)
-        ins = np.full((s, int(caps.max())), -1, dtype=np.int64)
-        rows = np.arange(s)[:, None]
-        probed = np.flatnonzero((run_lr == probe_lr) & (run_seed == 0)) \
-            if probe_every or minibatch_every else np.zeros(0, dtype=np.int64)
-        for run in probed:
-            state.track(int(run))
-        full_at = -(-caps // r) - 1
-        uses = np.zeros((s, int(caps.max())), dtype=np.int64) if probe_every else None
-        history: dict[int, list] = {int(run): [] for run in probed}
-        horizon_steps = int(step_arr[members].max())
-        k = 0
-        for t in range(horizon_steps + 1):
-            if k < record.size and record[k] == t:
-                _record(loss, loss_exp, state, t, k, run_cell, run_lr, run_seed)
-                k += 1
-            if t == horizon_steps:
-                break
-            slots = sync_fifo_slots(t, r, caps)
-            state.insert(t, slots)
-            ins[rows, slots] = t
-            if uses is not None:
-                uses[rows, slots] = 0
-            filled = np.minimum((t + 1) * r, caps)
-            drawn = (rng.random((s, b)) * filled[:, None]).astype(np.int64)
-            stal = t - ins[rows, drawn]
-            full = probe_every and t % probe_every == 0
-            mini = minibatch_every and t % minibatch_every == 0
-            if full or mini:
-                tables = ("noise", "coupling", "bias", "minibatch") if full else ("minibatch",)
-                for run in probed:
-                    start = full_at[run] if probe_start is None else probe_start
-                    if t < start or t >= step_arr[run_cell[run]]:
-                        continue
-                    vec = state.probe(t, int(run), ins[run], drawn[run])
-                    part = measure_probe(
-                        vec["noise"], vec["staleness"], vec["drift"], vec["g_ref"],
-                        vec["ref_sq_error"], drawn[run], probe_step=t,
-                        buffer_size=int(caps[run]), rollouts_per_step=r, tables=tables)
-                    if full:
-                        part["noise"]["uses"] = uses[run][:len(vec["staleness"])].astype(float)
-                        part.update(_reuse_tables(vec, t, ins[run], uses[run],
-                                                  history[int(run)], probe_every))
-                    parts.append(part)
-                    extra.append({"run": g_idx * 1_000_000 + int(run),
-                                  "cell": int(run_cell[run])})
-            if uses is not None:
-                for run in probed:
-                    np.add.at(uses[run], drawn[run], 1)
-            state.update(t, drawn, stal)
-        # Cells that stop earlier than their group: forget records past their own steps.
-        for i in members:
-            loss[i][..., record > step_arr[i]] = np.nan
-            if loss_exp is not None:
-                loss_exp[i][..., record > step_arr[i]] = np.nan
+def _group_runs(args: _ReplayArgs, g_idx: int, b: int, r: int, members: list[int]) -> _GroupRuns:
+    """Lay out the runs of group ``g_idx`` (cells ``members``, all with B = b, R = r): cell
+    by cell, then learning rate, then seed; the probed run of a cell is its ``probe_lr``-th
+    learning rate's first seed (none when no probe is asked for)."""
+    n_lr, seeds = args.lrs.size, args.seeds
+    run_cell = np.repeat(members, n_lr * seeds)
+    run_lr = np.tile(np.repeat(np.arange(n_lr), seeds), len(members))
+    run_seed = np.tile(np.arange(seeds), len(members) * n_lr)
+    caps = args.cells[run_cell, 0]
+    probed = np.flatnonzero((run_lr == args.probe_lr) & (run_seed == 0)) \
+        if args.probe_every or args.minibatch_every else np.zeros(0, dtype=np.int64)
+    return _GroupRuns(index=g_idx, batch=b, rollouts=r, members=members, run_cell=run_cell,
+                      run_lr=run_lr, run_seed=run_seed, caps=caps, probed=probed,
+                      full_at=-(-caps // r) - 1)
 
-    counts = {}
-    if n_cells == 1:
-        n, b, r = cells[0]
-        counts = {"unique_rollouts": float(step_arr[0] * r), "samples_consumed":
-                  float(step_arr[0] * b), "workers": 1.0, "trainers": 1.0,
-                  "steps": float(step_arr[0])}
-    probes = ProbeSet(concat_rows(parts, extra) if parts else {}, counts)
-    return ReplayResult(problem=problem.to_dict(), cells=cells, lrs=lrs, seeds=seeds,
-                        steps=step_arr, record_steps=record.astype(float), loss=loss,
-                        loss_expected=loss_exp, probes=probes,
-                        seconds=time.perf_counter() - t0)
+
+def _run_group(problem, args: _ReplayArgs, grp: _GroupRuns, out: _Outputs) -> None:
+    """Advance every run of one group through the steps of theory.md section 4.1 (insert R
+    rollouts, draw B slots uniformly with replacement, update), recording the loss and the
+    probes into ``out``. The group's random stream is seeded with (seed, group index)."""
+    b, r, caps = grp.batch, grp.rollouts, grp.caps
+    s = caps.size
+    rng = np.random.default_rng([args.seed, grp.index])
+    state = problem.start(caps, args.lrs[grp.run_lr], b, r, rng)
+    buf = _Buffer(ins=np.full((s, int(caps.max())), -1, dtype=np.int64),
+                  uses=np.zeros((s, int(caps.max())), dtype=np.int64)
+                  if args.probe_every else None,
+                  history={int(run): [] for run in grp.probed})
+    rows = np.arange(s)[:, None]
+    for run in grp.probed:
+        state.track(int(run))
+    horizon_steps = int(args.steps[grp.members].max())
+    k = 0
+    for t in range(horizon_steps + 1):
+        if k < args.record.size and args.record[k] == t:
+            _record(out.loss, out.loss_expected, state, t, k, grp.run_cell, grp.run_lr,
+                    grp.run_seed)
+            k += 1
+        if t == horizon_steps:
+            break
+        slots = sync_fifo_slots(t, r, caps)
+        state.insert(t, slots)
+        buf.ins[rows, slots] = t
+        if buf.uses is not None:
+            buf.uses[rows, slots] = 0
+        filled = np.minimum((t + 1) * r, caps)
+        drawn = (rng.random((s, b)) * filled[:, None]).astype(np.int64)
+        stal = t - buf.ins[rows, drawn]
+        _probe_runs(state, args, grp, buf, t, drawn, out)
+        if buf.uses is not None:
+            for run in grp.probed:
+                np.add.at(buf.uses[run], drawn[run], 1)
+        state.update(t, drawn, stal)
+    # Cells that stop earlier than their group: forget records past their own steps.
+    for i in grp.members:
+        out.loss[i][..., args.record > args.steps[i]] = np.nan
+        if out.loss_expected is not None:
+            out.loss_expected[i][..., args.record > args.steps[i]] = np.nan
+
+
+def _probe_runs(state, args: _ReplayArgs, grp: _GroupRuns, buf: _Buffer, t: int,
+                drawn: np.ndarray, out: _Outputs) -> None:
+    """At step t (before the update), probe every probed run whose buffer is full (or t >=
+    ``probe_start``) and that has not reached its cell's steps: the four tables of theory.md
+    section 8.1 plus ``uses``, ``reuse`` and ``contribution`` (section 10.7) at a full probe,
+    the minibatch table alone at a minibatch probe. Draws no random numbers."""
+    full = args.probe_every and t % args.probe_every == 0
+    mini = args.minibatch_every and t % args.minibatch_every == 0
+    if not (full or mini):
+        return
+    tables = ("noise", "coupling", "bias", "minibatch") if full else ("minibatch",)
+    for run in grp.probed:
+        start = grp.full_at[run] if args.probe_start is None else args.probe_start
+        if t < start or t >= args.steps[grp.run_cell[run]]:
+            continue
+        vec = state.probe(t, int(run), buf.ins[run], drawn[run])
+        part = measure_probe(
+            vec["noise"], vec["staleness"], vec["drift"], vec["g_ref"],
+            vec["ref_sq_error"], drawn[run], probe_step=t,
+            buffer_size=int(grp.caps[run]), rollouts_per_step=grp.rollouts, tables=tables)
+        if full:
+            part["noise"]["uses"] = buf.uses[run][:len(vec["staleness"])].astype(float)
+            part.update(_reuse_tables(vec, t, buf.ins[run], buf.uses[run],
+                                      buf.history[int(run)], args.probe_every))
+        out.parts.append(part)
+        out.extra.append({"run": grp.index * 1_000_000 + int(run),
+                          "cell": int(grp.run_cell[run])})
+
+
+def _run_counts(args: _ReplayArgs) -> dict[str, float]:
+    """The ``ProbeSet`` counts (section 2.1: unique rollouts, samples consumed) of a
+    single-cell simulation; empty for several cells, whose runs differ in length."""
+    if args.cells.shape[0] != 1:
+        return {}
+    _, b, r = args.cells[0]
+    return {"unique_rollouts": float(args.steps[0] * r), "samples_consumed":
+            float(args.steps[0] * b), "workers": 1.0, "trainers": 1.0,
+            "steps": float(args.steps[0])}
 
 
 def _reuse_tables(vec, t, ins_run, uses_run, history, probe_every):
