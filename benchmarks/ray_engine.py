@@ -1,4 +1,4 @@
-"""The Ray engine against the model and against the serial harness (issue 12, items 3 and 6).
+"""The Ray engine against the model, the serial harness and TRL (issue 12, items 3 and 6).
 
 ``python -m benchmarks.ray_engine [--steps 120] [--workers 1] [--trainers 1] [--threads 1]``
 
@@ -14,8 +14,11 @@ buffer of N = buffer.capacity, no probes, evaluation only at the ends), then:
    ``mu_accounting = mu_effective`` (its rate, B W / (T mu), is then the Ray run's).
    Reported: mean and quantiles 0.1 / 0.5 / 0.9 of each histogram, and their differences.
 2. throughput: samples trained and generated per second in the steady state (from the first
-   logged step to the last; start-up and the two evaluations excluded) of the Ray run and of
-   the emulated (serial) engine making the same rollouts per step, side by side.
+   logged step to the last; start-up and the two evaluations excluded) of the Ray run, of
+   the emulated (serial) engine making the same rollouts per step, and of TRL's own
+   ``GRPOTrainer`` (``integrations.trl_run.run_trl(plain=True)``: on-policy, B fresh rollouts
+   per step, each trained on once; needs the ``bench`` extra), measured one after the other in
+   this process with the same steps and threads; ratios Ray / serial and Ray / TRL.
 
 Writes ``benchmarks/results/ray_engine.json``.
 """
@@ -59,12 +62,18 @@ def steady_rate(records: list[dict]) -> dict:
             "generated_per_s": (b["samples_generated"] - a["samples_generated"]) / wall}
 
 
-def run(out: str, overrides: list[str]) -> tuple[dict, list[dict]]:
-    """A run of cpu_tiny with ``overrides`` into ``out``: (summary, metrics records)."""
+def run(out: str, overrides: list[str], trl: bool = False) -> tuple[dict, list[dict]]:
+    """A run of cpu_tiny with ``overrides`` into ``out`` (with TRL's ``GRPOTrainer`` if
+    ``trl``): (summary, metrics records)."""
     from llm_experiments.config import load_config
     from llm_experiments.experiment import run_experiment
     from llm_experiments.metrics import read_jsonl
-    summary = run_experiment(load_config("cpu_tiny", overrides), out)
+    cfg = load_config("cpu_tiny", overrides)
+    if trl:
+        from llm_experiments.integrations.trl_run import run_trl
+        summary = run_trl(cfg, out, plain=True)
+    else:
+        summary = run_experiment(cfg, out)
     return summary, read_jsonl(os.path.join(out, "metrics.jsonl"))
 
 
@@ -82,7 +91,10 @@ def main(argv=None) -> int:
               f"schedule.workers={args.workers}", f"schedule.trainers={args.trainers}",
               f"run.checkpoint_every={args.steps}"]
     tmp = tempfile.mkdtemp(prefix="ray_engine_bench_")
+    # 1-minute load averages before and after each contender: a shared machine's load moves.
+    loads = {"ray": [os.getloadavg()[0]]}
     ray_sum, ray_rec = run(os.path.join(tmp, "ray"), common + ["schedule.engine=ray"])
+    loads["ray"].append(os.getloadavg()[0])
     sc_b = 64  # cpu_tiny's schedule.batch_size
     n = 512  # cpu_tiny's buffer.capacity
     rate = ray_sum["samples_generated"] / ray_sum["steps"]
@@ -94,6 +106,7 @@ def main(argv=None) -> int:
                                 batch_size=sc_b, buffer_size=n,
                                 rollouts=ray_sum["samples_generated"], chunk=chunk)
         sims[name] = {"mu": mu, "steps": res.steps, "histograms": res.histograms}
+    loads["emulated_serial"] = [os.getloadavg()[0]]
     emu_sum, emu_rec = run(os.path.join(tmp, "emulated"),
                            common + [f"schedule.mu_accounting={mu_eff:.6g}"])
     sources = {"ray": {"mu": ray_sum["mu_measured"], "steps": ray_sum["steps"],
@@ -111,12 +124,25 @@ def main(argv=None) -> int:
                           for k in ("mean", "q10", "q50", "q90")}
                    for axis in hist["ray"]} for src in hist if src != "ray"}
     print_table(table, ["source", "axis", "mu", "count", "mean", "q10", "q50", "q90"])
-    throughput = {"ray": steady_rate(ray_rec), "emulated_serial": steady_rate(emu_rec)}
-    throughput["ratio_trained"] = throughput["ray"]["trained_per_s"] / \
-        throughput["emulated_serial"]["trained_per_s"]
-    throughput["ratio_generated"] = throughput["ray"]["generated_per_s"] / \
-        throughput["emulated_serial"]["generated_per_s"]
-    print(throughput)
+    trl_common = [c for c in common if not c.startswith("schedule.")]
+    loads["emulated_serial"].append(os.getloadavg()[0])
+    loads["trl_grpo"] = [os.getloadavg()[0]]
+    trl_sum, trl_rec = run(os.path.join(tmp, "trl"), trl_common + ["schedule.mode=on_policy"],
+                           trl=True)
+    loads["trl_grpo"].append(os.getloadavg()[0])
+    rates = {"ray": steady_rate(ray_rec), "emulated_serial": steady_rate(emu_rec),
+             "trl_grpo": steady_rate(trl_rec)}
+    for name, (before, after) in loads.items():
+        rates[name].update(load_before=before, load_after=after)
+    throughput = dict(rates)
+    for other in ("emulated_serial", "trl_grpo"):
+        for kind in ("trained", "generated"):
+            throughput[f"ratio_{kind}_vs_{other}"] = rates["ray"][f"{kind}_per_s"] / \
+                rates[other][f"{kind}_per_s"]
+    print_table([{"contender": k, **v} for k, v in rates.items()],
+                ["contender", "seconds", "steps", "trained_per_s", "generated_per_s",
+                 "load_before", "load_after"])
+    print({k: v for k, v in throughput.items() if k.startswith("ratio")})
     path = write_result("ray_engine", {
         "args": vars(args), "mu_measured": ray_sum["mu_measured"], "mu_effective": mu_eff,
         "rollouts_per_step": rate, "busy_seconds": ray_sum["busy_seconds"],
@@ -124,7 +150,9 @@ def main(argv=None) -> int:
         "differences_vs_ray": diffs, "throughput": throughput,
         "accuracy": {"ray": [ray_sum["warm_start_accuracy"], ray_sum["best_eval_accuracy"]],
                      "emulated": [emu_sum["warm_start_accuracy"],
-                                  emu_sum["best_eval_accuracy"]]}})
+                                  emu_sum["best_eval_accuracy"]],
+                     "trl_grpo": [trl_sum["warm_start_accuracy"],
+                                  trl_sum["best_eval_accuracy"]]}})
     print(f"wrote {path}")
     return 0
 

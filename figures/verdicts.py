@@ -10,8 +10,8 @@ measure (``auc``):
 * ``verdicts_<name>.md``: per mu, the best cell with its probability and, per prediction,
   its cell, regret (median and interval) and Spearman (median and interval).
 
-Run: ``python -m figures.verdicts RESULTS_DIR [...] [--out DIR]``; ``<name>`` is the
-folder's name (e.g. ``heldout_digits3``).
+Run: ``python -m figures.verdicts RESULTS_DIR [...] [--out DIR] [--name NAME]``; ``<name>``
+is the folder's name (e.g. ``heldout_digits3``) unless ``--name`` gives one.
 """
 
 from __future__ import annotations
@@ -112,10 +112,11 @@ def draw(records: list[dict], name: str):
     return fig
 
 
-def main_one(results_dir, out=None) -> list[Path]:
-    """Draw the figure and write the table of ``results_dir/validation.json``."""
+def main_one(results_dir, out=None, name: str | None = None) -> list[Path]:
+    """Draw the figure and write the table of ``results_dir/validation.json``; ``name``
+    (default: the folder's name) names the outputs."""
     results_dir = Path(results_dir)
-    name = results_dir.name
+    name = name or results_dir.name
     records = load_records(results_dir / "validation.json")
     out_dir = Path(out) if out else Path(__file__).resolve().parent / "out"
     paths = save(draw(records, name), f"verdicts_{name}", out_dir)
@@ -128,9 +129,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+", help="folders holding a judged validation.json")
     p.add_argument("--out", help="output folder (default figures/out)")
+    p.add_argument("--name", help="name of the outputs (one results folder only; default: "
+                   "the folder's name)")
     a = p.parse_args(argv)
+    if a.name and len(a.results) > 1:
+        p.error("--name takes one results folder")
     for d in a.results:
-        for path in main_one(d, a.out):
+        for path in main_one(d, a.out, a.name):
             print(path)
     return 0
 

@@ -41,6 +41,20 @@ class Rollout:
     advantage: float
 
 
+@dataclass(frozen=True)
+class HeldRollouts:
+    """Every rollout a buffer holds with its index metadata, as one plain record (what the
+    gradient probes read of the buffer; a buffer in another process sends it as a message).
+
+    rollouts: in increasing item id order. insert_step: trainer step at which each was
+    inserted (int64, >= 0). uses: trainer draws of each so far (int64, >= 0).
+    """
+
+    rollouts: list[Rollout]
+    insert_step: np.ndarray
+    uses: np.ndarray
+
+
 # Scalars of a rollout, and where its token ids and log-probs lie in the two arenas.
 PAYLOAD_COLUMNS = {"group_id": np.int64, "problem_id": np.int64, "version": np.int64,
                    "reward": np.float64, "advantage": np.float64, "tokens_at": np.int64,
@@ -151,6 +165,14 @@ class RolloutBuffer:
     def rollouts(self) -> list[Rollout]:
         """Every held rollout, in increasing item id order."""
         return self._rollouts(self._rows.ids[self._rows.live_rows()])
+
+    def held(self) -> HeldRollouts:
+        """Every held rollout with its insertion step and use count (``HeldRollouts``)."""
+        rollouts = self.rollouts()
+        if not rollouts:
+            return HeldRollouts([], np.zeros(0, np.int64), np.zeros(0, np.int64))
+        meta = self.index.metadata([r.item_id for r in rollouts])
+        return HeldRollouts(rollouts, meta["insert_step"], meta["uses"])
 
     def versions(self) -> np.ndarray:
         """Weight version of every held rollout."""

@@ -315,6 +315,14 @@ class ScheduleConfig(_Section):
         actor, T trainer actors; mode "async" only; the production rate and the staleness
         come from the clock, so ``latency_steps`` must stay -1 and ``mu_accounting`` only
         accounts compute; -1 there = the measured mu).
+    injected_gen_delay: an artificial stall, for measuring wall-clock effects only (claim 8,
+        ``benchmarks/claim8_wallclock.py``): each Ray sampler actor sleeps this median number
+        of seconds per generation call (one chunk), counted as generation time and reported
+        as ``injected_gen_delay_seconds``; in [0, 600], 0 = off (the default). Ray engine
+        only: the emulated engine has no clock to stall.
+    injected_gen_sigma: spread of that delay: each call sleeps ``injected_gen_delay *
+        exp(sigma * z)``, z standard normal from the actor's own seeded stream (a lognormal
+        straggler distribution); in [0, 5], 0 = a fixed delay. Needs injected_gen_delay > 0.
     """
 
     SECTION: ClassVar[str] = "schedule"
@@ -328,10 +336,12 @@ class ScheduleConfig(_Section):
     latency_steps: int = _int(-1, -1)
     mu_accounting: float = _real(-1.0, 0.0, lo_open=True, or_value=-1.0)
     engine: str = _choice("emulated", ENGINES)
+    injected_gen_delay: float = _real(0.0, 0.0, 600.0)
+    injected_gen_sigma: float = _real(0.0, 0.0, 5.0)
 
     def check(self) -> None:
         """mu is given for emulated async; the Ray engine runs async only, at the real
-        latency; trainers split the batch evenly."""
+        latency; trainers split the batch evenly; an injected stall needs the Ray engine."""
         if self.engine == "ray" and self.mode != "async":
             raise ValueError(f"schedule.engine=ray needs schedule.mode=async (workers and "
                              f"trainers run concurrently), got schedule.mode={self.mode}")
@@ -344,6 +354,14 @@ class ScheduleConfig(_Section):
         if self.batch_size % self.trainers:
             raise ValueError(f"schedule.batch_size ({self.batch_size}) must be divisible by "
                              f"schedule.trainers ({self.trainers})")
+        if self.injected_gen_delay > 0 and self.engine != "ray":
+            raise ValueError(f"schedule.injected_gen_delay ({self.injected_gen_delay:g} s) needs "
+                             f"schedule.engine=ray: the emulated engine's clock is fixed by "
+                             f"schedule.mu_accounting, so a stall there would change nothing "
+                             f"but the run time; got schedule.engine={self.engine}")
+        if self.injected_gen_sigma > 0 and self.injected_gen_delay == 0:
+            raise ValueError(f"schedule.injected_gen_sigma ({self.injected_gen_sigma:g}) needs "
+                             f"schedule.injected_gen_delay > 0 (the median it spreads)")
 
 
 @dataclass
@@ -578,10 +596,6 @@ def check_resolved(cfg: Config) -> None:
             least = f"{need}, the batch per trainer with {how}" if by_batch else "1"
             raise ValueError(f"buffer.capacity per shard ({per}{origin}){recent} must be >= "
                              f"{least}, or the buffer can never give a batch")
-    if sc.engine == "ray" and cfg.probe.every:
-        raise ValueError(f"probe.every must be 0 with schedule.engine=ray (the gradient probes "
-                         f"need sampler, buffer and trainer in one process; use "
-                         f"schedule.engine=emulated for them), got {cfg.probe.every}")
     s, loss = cfg.sampler, cfg.trainer.loss
     if s.top_p < 1 and loss in _Owned("losses", "RATIO_LOSSES"):
         raise ValueError(f"sampler.top_p ({s.top_p:g}) must be 1 with trainer.loss={loss}: "

@@ -172,11 +172,12 @@ class Experiment(PolicyTrainer):
             eos_id=self.tokenizer.eos_token_id, device=self.device,
             loss_kwargs=self.loss_kwargs, out_dir=self.out,
             buffer_capacity=self.buffer.index.capacity,
-            rollouts_per_step=self.production.rollouts_per_step,
+            rollouts_per_step=lambda: self.production.rollouts_per_step,
             sample_problems=self.task.sample_train, encode=self.encode,
             make_rollouts=self.make_rollouts, current_weights=self.current_weights,
             snapshot_versions=lambda: set(self.weights.snapshots),
-            snapshot=self.weights.update, buffer=lambda: self.buffer,
+            snapshot=self.weights.update, buffer_versions=lambda: self.buffer.versions(),
+            held=lambda: self.buffer.held(),
             counts=lambda: RunCounts(self.clock.generated, self.consumed, self.clock.steps,
                                      self.clock.mu_time(), self.mu_accounting()))
 

@@ -42,8 +42,11 @@ of G for group rows). Probes draw
 from their own seeded stream and never write the model, its gradients, or the run's RNG.
 Their cost (seconds) is reported and bounded by the sizes in ``ProbeConfig``.
 
-The prober sees the run only through a ``RunView`` (built by ``Experiment``): the policy, the
-buffer and weight snapshots (read only), prompt encoding and grading, and the run's counts.
+The prober sees the run only through a ``RunView`` (built by ``Experiment``, by trainer rank 0
+of the Ray engine, and by the TRL callback): the policy, the buffer's rollouts and weight
+snapshots (read only, as messages: the buffer may live in another process), prompt encoding and
+grading, and the run's counts. The columns that depend on the run's rate R are filled when the
+tables are written, so a run whose rate comes from the clock carries one R in every row.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ import torch
 
 from replaytheory.probes import SCHEMA, UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
 
-from .buffer import Rollout, RolloutBuffer
+from .buffer import HeldRollouts, Rollout
 from .config import Config
 from .gradients import flat_params, per_sample_grads
 from .losses import collate, loss_stats, policy_loss, token_logprobs
@@ -106,14 +109,17 @@ class RunView:
     pad_id, eos_id: the tokenizer's padding and end-of-sequence ids. device: the model's.
     loss_kwargs: keyword arguments of ``losses.policy_loss`` (the training loss).
     out_dir: the run folder (``probes.npz`` goes there). buffer_capacity: N, in rollouts.
-    rollouts_per_step: R, new rollouts per trainer step (section 4).
+    rollouts_per_step(): R > 0, new rollouts per trainer step (section 4): the schedule's
+    rate, or, where it comes from the clock, the rate measured so far; read when the tables
+    are written (``Prober.probe_set``).
     sample_problems(n, rng): n training problems drawn with ``rng``.
     encode(problem): its prompt token ids.
     make_rollouts(problems, gen, version, first_item, first_group): graded rollouts with
     group advantages (section 6) of a generation made with weight ``version``.
     current_weights(): the trainer's weights now. snapshot_versions(): the versions kept.
-    snapshot(version): a kept version's weights. buffer(): the replay buffer (read only).
-    counts(): the run's ``RunCounts``.
+    snapshot(version): a kept version's weights. buffer_versions(): the weight version of
+    every rollout the buffer holds. held(): the buffer's rollouts with their insertion steps
+    and use counts (``buffer.HeldRollouts``). counts(): the run's ``RunCounts``.
     """
 
     model: torch.nn.Module
@@ -123,14 +129,15 @@ class RunView:
     loss_kwargs: dict
     out_dir: str
     buffer_capacity: int
-    rollouts_per_step: float
+    rollouts_per_step: Callable[[], float]
     sample_problems: Callable[[int, np.random.Generator], list]
     encode: Callable[[object], list[int]]
     make_rollouts: Callable[[list, Generation, int, int, int], list[Rollout]]
     current_weights: Callable[[], WeightUpdate]
     snapshot_versions: Callable[[], set[int]]
     snapshot: Callable[[int], WeightUpdate]
-    buffer: Callable[[], RolloutBuffer]
+    buffer_versions: Callable[[], np.ndarray]
+    held: Callable[[], HeldRollouts]
     counts: Callable[[], RunCounts]
 
 
@@ -156,7 +163,7 @@ class Prober:
         steps whose references the reuse rows still need, newest ``probe.max_snapshots`` of
         them."""
         window = step - max(self.cfg.probe.crn_staleness, default=0)
-        versions = set(self.run.buffer().versions().tolist())
+        versions = set(self.run.buffer_versions().tolist())
         versions |= {v for v in self.run.snapshot_versions() if v >= window}
         versions |= set(self._refs)
         return set(sorted(versions)[-self.cfg.probe.max_snapshots:])
@@ -173,12 +180,13 @@ class Prober:
         self._refs = state.get("refs", {})
 
     def probe_set(self) -> ProbeSet:
-        """The rows so far as a ``replaytheory.probes.ProbeSet`` with the run counts."""
-        tables = {}
+        """The rows so far as a ``replaytheory.probes.ProbeSet`` with the run counts; the
+        columns of the rate R (``RunView.rollouts_per_step``) take its value now."""
+        tables, rate = {}, self.run.rollouts_per_step()
         for name, cols in SCHEMA.items():
             cols = cols + EXTRA.get(name, ())
-            tables[name] = {c: np.array([r[c] for r in self.rows[name]], dtype=float)
-                            for c in cols}
+            rows = [{**r, **self._rate_columns(name, r, rate)} for r in self.rows[name]]
+            tables[name] = {c: np.array([r[c] for r in rows], dtype=float) for c in cols}
         c, sc = self.run.counts(), self.cfg.schedule
         counts = {"unique_rollouts": c.unique_rollouts, "samples_consumed": c.samples_consumed,
                   "workers": sc.workers, "trainers": sc.trainers, "steps": c.steps}
@@ -186,6 +194,18 @@ class Prober:
             if val is not None:
                 counts[key] = float(val)
         return ProbeSet(tables, counts)
+
+    def _rate_columns(self, name: str, row: dict, rate: float) -> dict:
+        """The columns of table ``name``'s ``row`` that depend on R = ``rate`` (rollouts per
+        step; in the row's unit for coupling rows): horizon N / R and replay ratio B / R."""
+        if name == "coupling":
+            per = self.cfg.schedule.group_size if row["unit"] == UNIT_GROUP else 1
+            return {"rollouts_per_step": rate / per}
+        if name == "minibatch":
+            return {"horizon": self.run.buffer_capacity / rate,
+                    "replay_ratio": self.cfg.schedule.batch_size / rate,
+                    "rollouts_per_step": rate}
+        return {}
 
     def save(self) -> None:
         """Write ``probes.npz`` in the run folder, atomically."""
@@ -289,16 +309,17 @@ class Prober:
 
     def _buffer_samples(self, step, theta, g_ref, ref_err, grad_sq) -> list[float]:
         """Noise, coupling and buffer-based bias rows; returns the sequences' sq noise."""
-        p, buffer = self.cfg.probe, self.run.buffer()
-        groups = defaultdict(list)
-        for r in buffer.rollouts():
+        p, held = self.cfg.probe, self.run.held()
+        groups, row_of = defaultdict(list), {}
+        for i, r in enumerate(held.rollouts):
             groups[r.group_id].append(r)
+            row_of[r.item_id] = i
         size, kept = self.cfg.schedule.group_size, self.run.snapshot_versions()
         candidates = [gid for gid, rs in groups.items()
                       if len(rs) == size and rs[0].version in kept]
         if not candidates or not p.buffer_groups:
             return []
-        insert = {gid: int(buffer.index.metadata([groups[gid][0].item_id])["insert_step"][0])
+        insert = {gid: int(held.insert_step[row_of[groups[gid][0].item_id]])
                   for gid in candidates}
         candidates.sort(key=lambda gid: (insert[gid], gid))
         pick = np.unique(np.round(np.linspace(0, len(candidates) - 1,
@@ -311,7 +332,7 @@ class Prober:
             eps = grads - g_ref
             version = rs[0].version
             drift = self._drift(theta, version)
-            uses = buffer.index.metadata([r.item_id for r in rs])["uses"]
+            uses = held.uses[[row_of[r.item_id] for r in rs]]
             if p.reuse_gaps:
                 self._reuse(step, rs, eps, uses)
             if p.contribution:
@@ -422,9 +443,7 @@ class Prober:
                 "mean_inner": float(gram[i[sel], j[sel]].mean()),
                 "mean_sq": float(((sq[i[sel]] + sq[j[sel]]) / 2).mean()),
                 "ref_sq_error": ref_err,
-                "buffer_size": self.run.buffer_capacity / per,
-                "rollouts_per_step": self.run.rollouts_per_step / per,
-                "unit": unit})
+                "buffer_size": self.run.buffer_capacity / per, "unit": unit})
 
     def _crn_bias(self, step, theta, problems, uniforms, fresh_g, g_ref, grad_sq) -> None:
         """Regenerate the same prompts with the same uniforms from old snapshots (method 1)."""
@@ -452,11 +471,9 @@ class Prober:
     def add_minibatch(self, step: int, grad: torch.Tensor) -> None:
         """Minibatch noise of the training batch of ``step`` against this probe's g_ref."""
         g_ref, ref_err, sigma_bar2 = self._ref
-        sc, n, r = self.cfg.schedule, self.run.buffer_capacity, self.run.rollouts_per_step
         self.rows["minibatch"].append({
-            "probe_step": step, "horizon": n / r,
-            "replay_ratio": sc.batch_size / r, "batch_size": sc.batch_size,
-            "buffer_size": n, "rollouts_per_step": r,
+            "probe_step": step, "batch_size": self.cfg.schedule.batch_size,
+            "buffer_size": self.run.buffer_capacity,
             "sq_error": _sq(grad.to(g_ref.device) - g_ref), "ref_sq_error": ref_err,
             "sigma_bar2": sigma_bar2, "grad_sq": self._smooth[0],
             "grad_change_sq": self._smooth[1], "drift_prev": self._smooth[2]})

@@ -12,6 +12,9 @@ import numpy as np
 EVAL_STREAM, PROBE_STREAM = 1, 2
 # The Ray engine's buffer actor draws batches from its own stream (engines/ray_engine.py).
 BUFFER_STREAM = 3
+# A Ray sampler actor's injected generation delay (schedule.injected_gen_delay), one stream per
+# actor: (run.seed, actor index, DELAY_STREAM).
+DELAY_STREAM = 4
 
 
 def derived_seed(*parts: int) -> int:

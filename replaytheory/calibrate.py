@@ -946,6 +946,25 @@ def _mu_from_counts(counts: dict) -> tuple[float | None, str]:
     return None, "unknown"
 
 
+# Fewest probe steps an optional table (bias, reuse, contribution) needs for its bootstrap,
+# the fits' default ``min_probes``.
+MIN_OPTIONAL_PROBE_STEPS = 3
+
+
+def _optional_fit(fit, probes: ProbeSet, name: str, notes: list, **kwargs):
+    """``fit(probes)`` of an optional table, or None: without rows, or (with a note) from
+    fewer probe steps than its bootstrap needs, which a short or clock-driven run can give
+    (e.g. buffer rows evicted before a later probe), so the rest of the calibration stands."""
+    if not probes.n_rows(name):
+        return None
+    steps = int(_cluster_ids(probes.tables[name]).max()) + 1
+    if steps < MIN_OPTIONAL_PROBE_STEPS:
+        notes.append(f"{name}: rows from {steps} probe step(s), at least "
+                     f"{MIN_OPTIONAL_PROBE_STEPS} needed for a bootstrap; not fitted")
+        return None
+    return fit(probes, **kwargs)
+
+
 def calibrate(probes: ProbeSet, counts: dict | None = None, *, mu: float | None = None,
               staleness_offset: float = 0.5, n_boot: int = 200, seed: int = 0) -> Calibration:
     """Fit sigma, rho, kappa (and take mu) from a run's probes (theory.md sections 3-5, 8).
@@ -953,7 +972,8 @@ def calibrate(probes: ProbeSet, counts: dict | None = None, *, mu: float | None 
     Args:
         probes: ``ProbeSet`` with ``noise`` and ``coupling`` tables (``bias``, ``minibatch``,
             ``reuse`` and ``contribution`` optional; the last two feed section 10's variants
-            and ``variant_choice``).
+            and ``variant_choice``). An optional table from fewer than
+            ``MIN_OPTIONAL_PROBE_STEPS`` probe steps is left out, and ``notes`` says so.
         counts: run counts (default ``probes.counts``): mu is taken from ``mu_measured``,
             else ``estimate_mu`` of an asynchronous run (W or T > 1), else ``mu_accounting``.
         mu: overrides the counts (> 0).
@@ -971,10 +991,13 @@ def calibrate(probes: ProbeSet, counts: dict | None = None, *, mu: float | None 
     noise = fit_noise_model(probes, staleness_offset=staleness_offset, n_boot=n_boot,
                             seed=seed)
     coupling = fit_coupling(probes, n_boot=n_boot, seed=seed)
-    bias = fit_bias(probes, n_boot=n_boot, seed=seed) if probes.n_rows("bias") else None
+    notes = []
+    bias, reuse, contribution = (
+        _optional_fit(fit, probes, name, notes, n_boot=n_boot, seed=seed)
+        for name, fit in (("bias", fit_bias), ("reuse", fit_reuse),
+                          ("contribution", fit_contribution)))
     decomposition = check_decomposition(probes, coupling.rho, n_boot=n_boot, seed=seed) \
         if probes.n_rows("minibatch") >= 2 else None
-    notes = []
     if not noise.power_law_ok:
         notes.append(f"noise: the power law does not describe the data ({noise.reason}); "
                      f"using the tabulated model")
@@ -984,9 +1007,6 @@ def calibrate(probes: ProbeSet, counts: dict | None = None, *, mu: float | None 
     if bias is not None and not bias.drift_form_ok:
         notes.append(f"bias: ||bias|| = kappa drift does not describe the data "
                      f"({bias.reason}); using the envelope kappa = {bias.kappa_envelope:.3g}")
-    reuse = fit_reuse(probes, n_boot=n_boot, seed=seed) if probes.n_rows("reuse") else None
-    contribution = fit_contribution(probes, n_boot=n_boot, seed=seed) \
-        if probes.n_rows("contribution") else None
     return Calibration(noise=noise, coupling=coupling, bias=bias, decomposition=decomposition,
                        mu=mu_val, mu_source=source, notes=tuple(notes), reuse=reuse,
                        contribution=contribution,

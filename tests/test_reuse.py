@@ -240,6 +240,23 @@ def test_choose_variant_names_the_true_one(c, a, want):
     assert choose_variant(fit_reuse(probes), fit_contribution(probes)).variant == want
 
 
+def test_reuse_rows_from_too_few_probe_steps_are_left_out_with_a_note():
+    """A short run may probe its buffer rows at two steps only: the calibration stands
+    without the reuse fit and says why, instead of failing."""
+    from replaytheory.replay_sim import simulate_replay
+    from replaytheory.sim_tabular import TabularProblem
+    res = simulate_replay(TabularProblem(loss="grpo", group_size=8, n_prompts=16),
+                          [(128, 32, 16)], steps=120, lrs=[8.0], probe_every=2, seed=1)
+    t = res.probes.tables
+    two = np.isin(t["reuse"]["probe_step"], np.unique(t["reuse"]["probe_step"])[:2])
+    probes = ProbeSet({**t, "reuse": {k: v[two] for k, v in t["reuse"].items()}},
+                      res.probes.counts)
+    cal = calibrate(probes, mu=2.0, n_boot=20)
+    assert cal.reuse is None and cal.contribution is not None
+    assert any(n.startswith("reuse: rows from 2 probe step(s)") for n in cal.notes)
+    assert calibrate(res.probes, mu=2.0, n_boot=20).reuse is not None
+
+
 def test_tabular_simulator_writes_reuse_tables_and_calibrate_uses_them():
     from replaytheory.replay_sim import simulate_replay
     from replaytheory.sim_tabular import TabularProblem

@@ -7,14 +7,24 @@ per trainer, PACK strategy):
   GPU, or vLLM, ``samplers.make_sampler``): a call makes ``chunk_groups`` prompt groups with
   the newest published weights, graded, advantages computed once per group (section 6); every
   rollout carries the version (trainer step) of the weights that made it, so staleness is
-  exact.
+  exact. With ``schedule.injected_gen_delay`` > 0 it also sleeps a seeded, optionally
+  lognormal delay per call (``InjectedDelay``: a labelled stand-in for a dearer or straggling
+  sampler, counted as generation time and logged as ``injected_gen_delay_seconds``).
 * one ``BufferHolder`` actor holding the existing ``RolloutBuffer`` (FIFO capacity N, every
   sampling mode, one shard per trainer, delta, the LIFO queue): the only copy of the replay
   index, so its histograms are those of the run.
 * T ``TrainerRank`` actors in one torch.distributed group (gloo on CPU, NCCL on GPU): rank k
   draws B/T rollouts from shard k and the gradients are averaged by one all-reduce before the
   norm clip, which is what DDP computes (DDP itself would need every forward to go through
-  its wrapper, and the direct forward of ``direct.py`` drives the layers itself).
+  its wrapper, and the direct forward of ``direct.py`` drives the layers itself). With
+  ``probe.every`` > 0, rank 0 takes the gradient probes of ``probes.py`` (theory.md section 4)
+  before the draw of every ``probe.every``-th step: it keeps the weight snapshots they need,
+  reads the buffer actor's rollouts as one message and generates the fresh groups with its
+  own weights (no sampler actor needs its current version). No sampler starts a chunk while
+  it probes, so the probes change neither the rate nor the staleness of the run; their
+  seconds are reported as ``probe_seconds``, outside every actor's busy and idle time. The
+  driver writes ``probes.npz`` at each checkpoint, with the run's counts and its rate R
+  measured so far (rollouts made / trainer steps).
 
 The driver (``RayRun``, the ``run`` process) hands out the work and keeps the books: it
 draws the prompts (the run's generator), gives each sampler the object-store reference of the
@@ -26,9 +36,10 @@ to the object store every ``schedule.refresh_every`` steps. With the LIFO queue 
 waits while the queue could not take its chunk (nothing is made only to be evicted).
 
 Not bitwise: which rollouts a step draws depends on the clock. A checkpoint holds weights,
-optimizer, buffer, counters and the driver's generator; ``--resume`` continues from it with
-new actors (chunks in flight at the kill are lost, their item ids skipped) and the metrics log
-cut back to the checkpoint, so no line is lost or repeated.
+optimizer, buffer, counters, the driver's generator and the probes' rows and snapshots;
+``--resume`` continues from it with new actors (chunks in flight at the kill are lost, their
+item ids skipped) and the metrics log cut back to the checkpoint, so no line is lost or
+repeated.
 """
 
 from __future__ import annotations
@@ -51,16 +62,17 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from replaytheory.io import write_json
 
 from .. import checkpoint
-from ..buffer import RolloutBuffer
+from ..buffer import HeldRollouts, RolloutBuffer
 from ..config import Config
 from ..direct import supports
 from ..experiment import PolicyTrainer, grade_rollouts
 from ..kernels import use_onednn_linear
 from ..metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
 from ..models import encode_prompt, load_policy, param_count
+from ..probes import Prober, RunCounts, RunView
 from ..samplers import WeightUpdate, make_sampler
-from ..schedule import ComputeClock
-from ..seeds import BUFFER_STREAM, EVAL_STREAM, derived_seed
+from ..schedule import ComputeClock, WeightStore
+from ..seeds import BUFFER_STREAM, DELAY_STREAM, EVAL_STREAM, derived_seed
 from ..tasks import make_task
 
 # Seconds without any actor finishing its work before the run stops with an error naming what
@@ -88,36 +100,72 @@ def cpu_state(model) -> dict:
 
 @dataclass
 class ChunkReport:
-    """Sampler -> driver, for one chunk: rollouts made, seconds generating (``gen_seconds``)
-    and in the whole call (``busy_seconds``), tokens, and the sum of the rewards."""
+    """Sampler -> driver, for one chunk: rollouts made, seconds generating (``gen_seconds``,
+    the injected delay included) and in the whole call (``busy_seconds``), tokens, the sum of
+    the rewards, and the seconds of injected delay (``injected_seconds``, part of
+    ``gen_seconds``)."""
 
     rollouts: int
     gen_seconds: float
     busy_seconds: float
     tokens: int
     reward_sum: float
+    injected_seconds: float = 0.0
+
+
+class InjectedDelay:
+    """The artificial generation stall of ``schedule.injected_gen_delay`` /
+    ``injected_gen_sigma`` (seconds, lognormal around the median): a stand-in for a dearer
+    sampler or a straggling one, to measure wall-clock effects (claim 8, theory.md section 7)
+    on a machine where generation is cheap. Drawn from its own stream (run.seed, sampler
+    index, ``DELAY_STREAM``), so the delays of a run are reproducible and the sampling
+    streams untouched."""
+
+    def __init__(self, median: float, sigma: float, seed: int, index: int):
+        self.median, self.sigma = float(median), float(sigma)
+        self.rng = np.random.default_rng(derived_seed(seed, index, DELAY_STREAM))
+
+    def draw(self) -> float:
+        """The next delay in seconds (0 when off)."""
+        if self.median == 0:
+            return 0.0
+        if self.sigma == 0:
+            return self.median
+        return self.median * float(np.exp(self.sigma * self.rng.standard_normal()))
+
+    def wait(self) -> float:
+        """Sleep the next delay; returns the seconds slept as drawn."""
+        seconds = self.draw()
+        if seconds > 0:
+            time.sleep(seconds)
+        return seconds
 
 
 @dataclass
 class StepReport:
     """Trainer rank -> driver, for one step: loss statistics of its shard, mean reward of its
-    draw, seconds training (``train_seconds``) and in the whole call, tokens trained."""
+    draw, seconds training (``train_seconds``) and in the whole call less the probes
+    (``busy_seconds``), tokens trained, and seconds spent on the gradient probes' books
+    (``probe_seconds``: weight snapshots and the probed step's gradient; rank 0 only)."""
 
     stats: dict
     batch_reward: float
     train_seconds: float
     busy_seconds: float
     tokens: int
+    probe_seconds: float = 0.0
 
 
 class SamplerWorker:
     """A sampler actor: its own policy copy, refreshed between chunks (module docstring)."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, index: int = 0):
         self.cfg = cfg
         self.task, model, self.tokenizer, _ = _policy(cfg)
         self.sampler = make_sampler(cfg, model, self.tokenizer)
         self._prompts: dict[int, list[int]] = {}
+        self.delay = InjectedDelay(cfg.schedule.injected_gen_delay,
+                                   cfg.schedule.injected_gen_sigma, cfg.run.seed, index)
 
     def encode(self, problem) -> list[int]:
         """Prompt token ids of a problem (cached per problem id)."""
@@ -139,12 +187,13 @@ class SamplerWorker:
         t1 = time.perf_counter()
         gen = self.sampler.generate(prompts, max_new_tokens=s.max_new_tokens,
                                     temperature=s.temperature, top_p=s.top_p, seed=seed)
+        injected = self.delay.wait()
         gen_seconds = time.perf_counter() - t1
         rollouts = grade_rollouts(self.cfg, self.task, self.tokenizer, self.encode, problems,
                                   gen, version, first_item, first_group)
         report = ChunkReport(len(rollouts), gen_seconds, time.perf_counter() - t0,
                              int(sum(len(p) for p in prompts) + gen.lengths.sum()),
-                             float(sum(r.reward for r in rollouts)))
+                             float(sum(r.reward for r in rollouts)), injected)
         return report, rollouts
 
 
@@ -185,6 +234,15 @@ class BufferHolder:
             del self.draws[step]
         return batch
 
+    def versions(self) -> np.ndarray:
+        """The distinct weight versions of the rollouts held (for the probes' snapshots)."""
+        return np.unique(self.buffer.versions())
+
+    def held(self) -> HeldRollouts:
+        """Every held rollout with its insertion step and use count, as one message (what
+        the probes of trainer rank 0 read)."""
+        return self.buffer.held()
+
     def pop_stats(self, step: int) -> dict:
         """The staleness / reuse statistics of step ``step`` (once)."""
         return self.stats.pop(step)
@@ -200,19 +258,98 @@ class BufferHolder:
 
 class TrainerRank(PolicyTrainer):
     """One of T data-parallel trainer actors (module docstring): ``PolicyTrainer``'s update on
-    its shard, gradients averaged over the group."""
+    its shard, gradients averaged over the group. Rank 0 also takes the gradient probes
+    (``probes.Prober``, ``probe``) when ``probe.every`` > 0: it holds the current weights,
+    keeps the weight snapshots the probes need, reads the buffer actor's rollouts as one
+    message (``BufferHolder.held``) and generates the probes' fresh groups itself, so the
+    probes need no sampler actor. ``probe_state``: ``probe_state()``'s output, on resume.
+    ``out_dir``: the run folder (the driver writes ``probes.npz`` there from ``probes()``)."""
 
     def __init__(self, cfg: Config, rank: int, buffer, model_state: dict | None,
-                 opt_state: dict | None):
+                 opt_state: dict | None, probe_state: dict | None = None, out_dir: str = ""):
         self.cfg, self.rank, self.world, self.buffer = cfg, rank, cfg.schedule.trainers, buffer
         self.device = torch.device(cfg.run.device)
-        _, self.model, self.tokenizer, self.direct = _policy(cfg)
+        self.task, self.model, self.tokenizer, self.direct = _policy(cfg)
         if model_state is not None:
             self.model.load_state_dict(model_state)
         self.setup_update()
         if opt_state is not None:
             self.opt.load_state_dict(opt_state)
         self.clock = ComputeClock(param_count(self.model), cfg.schedule.batch_size)
+        self.prober = None
+        if rank == 0 and cfg.probe.every:
+            self._start_probes(out_dir, probe_state)
+
+    # ---- probes (rank 0) ------------------------------------------------------------------
+
+    def _start_probes(self, out_dir: str, state: dict | None) -> None:
+        self.snapshots = WeightStore()
+        self._prompt_ids: dict[int, list[int]] = {}
+        self._version, self._probed = 0, None
+        # What only the driver knows, given with ``probes()`` before the tables are built.
+        self._counts, self._rate = RunCounts(0, 0, 0, None, None), float("nan")
+        self.prober = Prober(self.cfg, RunView(
+            model=self.model, pad_id=self.tokenizer.pad_token_id,
+            eos_id=self.tokenizer.eos_token_id, device=self.device,
+            loss_kwargs=self.loss_kwargs, out_dir=out_dir,
+            buffer_capacity=self.cfg.buffer.capacity, rollouts_per_step=lambda: self._rate,
+            sample_problems=self.task.sample_train, encode=self.encode,
+            make_rollouts=self.make_rollouts,
+            current_weights=lambda: WeightUpdate(self._version, self.model.state_dict()),
+            snapshot_versions=lambda: set(self.snapshots.snapshots),
+            snapshot=self.snapshots.update,
+            buffer_versions=lambda: ray.get(self.buffer.versions.remote()),
+            held=lambda: ray.get(self.buffer.held.remote()), counts=lambda: self._counts))
+        if state is not None:
+            self.prober.load_state_dict(state["prober"])
+            self.snapshots.snapshots = state["weights"]
+
+    def encode(self, problem) -> list[int]:
+        """Prompt token ids of a problem (cached per problem id)."""
+        if problem.pid not in self._prompt_ids:
+            self._prompt_ids[problem.pid] = encode_prompt(self.tokenizer, problem.prompt,
+                                                          self.cfg.task.chat_template)
+        return self._prompt_ids[problem.pid]
+
+    def make_rollouts(self, problems, gen, version: int, first_item: int,
+                      first_group: int) -> list:
+        """Graded rollouts of a probe's generation (``experiment.grade_rollouts``)."""
+        return grade_rollouts(self.cfg, self.task, self.tokenizer, self.encode, problems, gen,
+                              version, first_item, first_group)
+
+    def _keep_current(self, step: int) -> None:
+        """Keep theta_step (the weights before step ``step``) as a snapshot."""
+        self._version = step
+        self.snapshots.publish(step, self.model)
+
+    def probe(self, step: int) -> None:
+        """Probe at theta_step, before step ``step`` draws its batch (as the emulated engine
+        does); the step then records its minibatch gradient."""
+        self._keep_current(step)
+        self.prober.probe(step)
+        self._probed = step
+
+    def _probe_books(self, step: int, stats: dict, in_use) -> None:
+        """After step ``step``'s update: its minibatch gradient if it was probed, then only the
+        snapshots the probes or the samplers (versions ``in_use``) may still need."""
+        if self._probed == step:
+            self.prober.add_minibatch(step, stats.pop("grad"))
+        self.snapshots.keep_only(self.prober.versions_needed(step + 1) | set(in_use))
+
+    def probes(self, counts: RunCounts, rollouts_per_step: float):
+        """The probe tables so far (a ``replaytheory.probes.ProbeSet``) with the driver's
+        ``counts`` and the run's measured rate R (rollouts made per trainer step, > 0)."""
+        self._counts, self._rate = counts, float(rollouts_per_step)
+        return self.prober.probe_set()
+
+    def probe_state(self) -> dict | None:
+        """The probes' rows and references and the kept snapshots (for checkpoints); None
+        without probes."""
+        if self.prober is None:
+            return None
+        return {"prober": self.prober.state_dict(), "weights": self.snapshots.snapshots}
+
+    # ---- the update -----------------------------------------------------------------------
 
     def address(self) -> tuple[str, int]:
         """(IP, free port) where rank 0 hosts the process group's rendezvous."""
@@ -243,20 +380,31 @@ class TrainerRank(PolicyTrainer):
             p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
             offset += p.numel()
 
-    def step(self, step: int, publish: bool):
-        """Draw this rank's B/T rollouts for ``step`` from the buffer actor and update; returns
-        (StepReport, the new weights if ``publish`` else None)."""
+    def step(self, step: int, publish: bool, in_use: tuple = ()):
+        """Draw this rank's B/T rollouts for ``step`` from the buffer actor and update;
+        returns (StepReport, the new weights if ``publish`` else None). ``in_use``: weight
+        versions the samplers generate with (rank 0 with probes keeps their snapshots)."""
         t0 = time.perf_counter()
+        probe_seconds = 0.0
+        if self.prober is not None:
+            self._keep_current(step)
+            probe_seconds = time.perf_counter() - t0
         per = self.cfg.schedule.batch_size // self.world
         rollouts = ray.get(self.buffer.sample.remote(per, step, self.rank))
         before = self.clock.train_seconds
-        stats = self.train_step(rollouts, keep_grad=False)
+        stats = self.train_step(rollouts, keep_grad=self.prober is not None and
+                                self._probed == step)
+        if self.prober is not None:
+            t1 = time.perf_counter()
+            self._probe_books(step, stats, in_use)
+            probe_seconds += time.perf_counter() - t1
         report = StepReport({k: v for k, v in stats.items() if isinstance(v, (int, float))},
                             float(np.mean([r.reward for r in rollouts])),
                             self.clock.train_seconds - before, 0.0,
-                            int(sum(len(r.prompt) + len(r.completion) for r in rollouts)))
+                            int(sum(len(r.prompt) + len(r.completion) for r in rollouts)),
+                            probe_seconds)
         weights = cpu_state(self.model) if publish else None
-        report.busy_seconds = time.perf_counter() - t0
+        report.busy_seconds = time.perf_counter() - t0 - probe_seconds
         return report, weights
 
     def weights(self) -> dict:
@@ -312,7 +460,8 @@ def bundles(cfg: Config) -> list[dict]:
 class _Books:
     """What the driver accounts across a run (checkpointed): the clock of generation and
     training, id counters, busy seconds per actor and per driver phase, rewards of the rollouts
-    made since the last record."""
+    made since the last record, seconds of the gradient probes: the pauses while trainer
+    rank 0 probes, and its snapshot keeping in the steps."""
 
     clock: ComputeClock
     next_item: int = 0
@@ -324,6 +473,9 @@ class _Books:
     actors_up_seconds: float = 0.0  # actors' lifetime before this session
     reward_sum: float = 0.0
     reward_count: int = 0
+    probe_pause_seconds: float = 0.0  # outside every actor's busy and idle seconds
+    probe_books_seconds: float = 0.0  # trainer0's, outside its busy seconds
+    injected_gen_delay_seconds: float = 0.0  # schedule.injected_gen_delay slept, in gen_seconds
 
     def state_dict(self) -> dict:
         """Plain-object state."""
@@ -387,12 +539,14 @@ class RayRun:
             num_cpus=0, name=f"{self.tag}/buffer", runtime_env={"env_vars": env}).remote(
             cfg, state["buffer"] if state else None)
         self.samplers = [ray.remote(SamplerWorker).options(**place(i, b[i], f"sampler{i}"))
-                         .remote(cfg) for i in range(sc.workers)]
+                         .remote(cfg, i) for i in range(sc.workers)]
         model_ref = ray.put(state["model"]) if state else None
         opt_ref = ray.put(state["optimizer"]) if state else None
+        probe_ref = ray.put(state.get("probes")) if state else None
         self.trainers = [ray.remote(TrainerRank).options(
             **place(sc.workers + k, b[sc.workers + k], f"trainer{k}")).remote(
-            cfg, k, self.buffer, model_ref, opt_ref) for k in range(sc.trainers)]
+            cfg, k, self.buffer, model_ref, opt_ref, probe_ref if k == 0 else None, self.out)
+            for k in range(sc.trainers)]
         host, port = self._get(self.trainers[0].address.remote(), "trainer0")
         self._get([t.join.remote(host, port) for t in self.trainers], "trainers")
         self.weights = {self.step: ray.put(state["model"] if state else self.initial)}
@@ -400,6 +554,7 @@ class RayRun:
         self.sampler_version = [None] * sc.workers
         self.in_flight: dict = {}  # ChunkReport ref -> (sampler, rollouts ref, groups)
         self.blocked: set[int] = set()
+        self.probing = False
         self.start_time = time.perf_counter()
         self.books.phases["startup_seconds"] += self.start_time - self.t_start
 
@@ -431,6 +586,9 @@ class RayRun:
         if the queue can take it: ``held`` rollouts plus those in flight)."""
         cfg, sc = self.cfg, self.cfg.schedule
         n = self.chunk_groups * sc.group_size
+        if self.probing:  # no chunk starts while trainer rank 0 probes (``_probe``)
+            self.blocked.add(i)
+            return
         if cfg.buffer.lifo:
             flying = sum(g for _, _, g in self.in_flight.values()) * sc.group_size
             if held + flying + n > cfg.buffer.capacity:
@@ -478,6 +636,7 @@ class RayRun:
         self.books.busy[f"sampler{i}"] = self.books.busy.get(f"sampler{i}", 0.0) + \
             rep.busy_seconds
         self.books.reward_sum += rep.reward_sum
+        self.books.injected_gen_delay_seconds += rep.injected_seconds
         self.books.reward_count += rep.rollouts
         self._dispatch(i, self._held())
 
@@ -491,9 +650,13 @@ class RayRun:
         while not self._get(self.buffer.ready.remote(), "buffer"):
             self._wait([])
         self.books.phases["data_wait_seconds"] += time.perf_counter() - t0
+        if cfg.probe.every and t % cfg.probe.every == 0:
+            self._probe(t)
         publish = (t + 1) % cfg.schedule.refresh_every == 0 or \
             (t + 1) % cfg.eval.every == 0 or t + 1 == cfg.run.steps
-        calls = [tr.step.options(num_returns=2).remote(t, publish and k == 0)
+        in_use = tuple(sorted({self.latest, *(v for v in self.sampler_version
+                                                if v is not None)}))
+        calls = [tr.step.options(num_returns=2).remote(t, publish and k == 0, in_use)
                  for k, tr in enumerate(self.trainers)]
         if t % cfg.eval.every == 0:
             record.update(self.evaluate(t))
@@ -511,6 +674,20 @@ class RayRun:
         self.weights = {v: r for v, r in self.weights.items() if v in keep}
         return out
 
+    def _probe(self, t: int) -> None:
+        """Trainer rank 0 probes at theta_t while the samplers pause (no chunk starts; those
+        in flight still land in the buffer), so the probes change neither the run's rate R
+        nor its staleness; the pause counts as no actor's busy or idle time."""
+        t0 = time.perf_counter()
+        self.probing = True
+        ref = self.trainers[0].probe.remote(t)
+        while ray.wait([ref], timeout=0)[1]:
+            self._wait([ref])
+        self._get(ref, "trainer0")
+        self.probing = False
+        self._restart_blocked()
+        self.books.probe_pause_seconds += time.perf_counter() - t0
+
     def _account(self, t: int, reports: list, record: dict) -> None:
         """Fill ``record`` with step t's statistics, averaged over the ranks."""
         c = self.books.clock
@@ -520,6 +697,7 @@ class RayRun:
         for k, rep in enumerate(reports):
             self.books.busy[f"trainer{k}"] = self.books.busy.get(f"trainer{k}", 0.0) + \
                 rep.busy_seconds
+        self.books.probe_books_seconds += reports[0].probe_seconds
         for key in reports[0].stats:
             record[key] = float(np.mean([r.stats[key] for r in reports]))
         record["batch_reward"] = float(np.mean([r.batch_reward for r in reports]))
@@ -548,30 +726,55 @@ class RayRun:
         return self.mu_fixed if self.mu_fixed is not None else self.books.clock.mu_time()
 
     def counters(self) -> dict:
-        """Running counts, compute, mu, seconds per phase, busy and idle seconds per actor."""
+        """Running counts, compute, mu, seconds per phase, busy and idle seconds per actor
+        (idle: up, less busy, less the probes' seconds)."""
         c, wall, up = self.books.clock, self.wall_time(), self.actors_up()
         consumed = c.steps * self.cfg.schedule.batch_size
+        pause, probe = self.books.probe_pause_seconds, self.probe_seconds()
         return {"samples_generated": c.generated, "samples_consumed": consumed,
                 "compute_units": c.compute_units(self.mu_accounting()), "wall_time": wall,
                 "replay_ratio_mean": consumed / c.generated if c.generated else None,
                 "mu_measured": c.mu_time(), "mu_flops": c.mu_flops(),
                 "mu_accounting": self.mu_accounting(), "gen_seconds": c.gen_seconds,
-                "train_seconds": c.train_seconds, "probe_seconds": 0.0,
+                "train_seconds": c.train_seconds, "probe_seconds": probe,
+                "injected_gen_delay_seconds": self.books.injected_gen_delay_seconds,
                 **self.books.phases,
                 "busy_seconds": dict(self.books.busy),
-                "idle_seconds": {k: max(0.0, up - v) for k, v in self.books.busy.items()}}
+                "idle_seconds": {k: max(0.0, up - v - (probe if k == "trainer0" else pause))
+                                 for k, v in self.books.busy.items()}}
+
+    def probe_seconds(self) -> float:
+        """Seconds of the gradient probes (>= 0): the pauses while trainer rank 0 probes and
+        its snapshot keeping in the steps."""
+        return self.books.probe_pause_seconds + self.books.probe_books_seconds
+
+    def _save_probes(self) -> dict | None:
+        """Write ``probes.npz`` (trainer rank 0's tables with the driver's counts and the
+        rate R measured so far: rollouts made / trainer steps); returns the probes' state
+        for the checkpoint (None without probes)."""
+        if not self.cfg.probe.every:
+            return None
+        c = self.books.clock
+        counts = RunCounts(c.generated, c.steps * self.cfg.schedule.batch_size, c.steps,
+                           c.mu_time(), self.mu_accounting())
+        probes, state = self._get([
+            self.trainers[0].probes.remote(counts, c.generated / max(c.steps, 1)),
+            self.trainers[0].probe_state.remote()], "trainer0")
+        probes.save(os.path.join(self.out, "probes.npz"))
+        return state
 
     def _checkpoint(self, log: MetricsLog) -> None:
         t0 = time.perf_counter()
         model, opt, buf = self._get([self.trainers[0].weights.remote(),
                                      self.trainers[0].optimizer_state.remote(),
                                      self.buffer.state_dict.remote()], "trainer0/buffer")
+        probes = self._save_probes()
         self.books.phases["checkpoint_seconds"] += time.perf_counter() - t0
         books = self.books.state_dict()
         books["actors_up_seconds"] = self.actors_up()
         checkpoint.save(os.path.join(self.out, "checkpoint"), {
             "engine": "ray", "step": self.step, "model": model, "optimizer": opt,
-            "buffer": buf, "books": books,
+            "buffer": buf, "books": books, "probes": probes,
             "rng": checkpoint.rng_state(self.rng), "log_position": log.position(),
             "elapsed": self.wall_time()})
 
@@ -645,15 +848,19 @@ class RayRun:
         extra = {k: v for k, v in self.counters().items()
                  if k in ("mu_measured", "mu_flops", "mu_accounting", "compute_units",
                           "wall_time", "probe_seconds", "busy_seconds", "idle_seconds",
+                          "injected_gen_delay_seconds",
                           *self.books.phases)}
         extra.update({
             "histograms": histograms, "parameters": c.n_params, "steps": c.steps,
             "gen_seconds_per_step": c.gen_seconds / max(c.steps, 1),
             "train_seconds_per_step": c.train_seconds / max(c.steps, 1),
-            "probe_fraction_of_wall_time": 0.0,
+            "probe_fraction_of_wall_time": self.probe_seconds() / extra["wall_time"]
+            if extra["wall_time"] else 0.0,
             "rollouts_per_step": c.generated / max(c.steps, 1),
             "schedule": {"mode": sc.mode, "engine": "ray", "workers": sc.workers,
                          "trainers": sc.trainers, "refresh_every": sc.refresh_every,
-                         "chunk_groups": self.chunk_groups, "latency": None},
+                         "chunk_groups": self.chunk_groups, "latency": None,
+                         "injected_gen_delay": sc.injected_gen_delay,
+                         "injected_gen_sigma": sc.injected_gen_sigma},
         })
         return extra

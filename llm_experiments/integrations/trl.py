@@ -460,12 +460,13 @@ class CalibrationCallback(TrainerCallback):
             model=t.model, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id,
             device=t.accelerator.device, loss_kwargs=src.loss_kwargs, out_dir=out_dir,
             buffer_capacity=t.buffer.index.capacity,
-            rollouts_per_step=t.production.rollouts_per_step,
+            rollouts_per_step=lambda: t.production.rollouts_per_step,
             sample_problems=src.sample_problems, encode=src.encode,
             make_rollouts=src.make_rollouts,
             current_weights=lambda: WeightUpdate(t.state.global_step, t.model.state_dict()),
             snapshot_versions=lambda: set(self.weights.snapshots),
-            snapshot=lambda version: self.weights.update(version), buffer=lambda: t.buffer,
+            snapshot=lambda version: self.weights.update(version),
+            buffer_versions=lambda: t.buffer.versions(), held=lambda: t.buffer.held(),
             counts=lambda: RunCounts(t.clock.generated, t.consumed, t.clock.steps,
                                      t.clock.mu_time(), None))
 

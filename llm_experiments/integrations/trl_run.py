@@ -18,6 +18,9 @@ grpo, trainer.per_sample_clip, sampler.backend=vllm.
 Writes ``DIR/{config.yaml, metrics.jsonl, summary.json}`` (and ``probes.npz`` with
 probe.every > 0): the harness's record keys (``metrics.REQUIRED_KEYS``; evaluation every
 eval.every steps with the harness's ``evaluate``) and summary (``metrics.summarize``).
+``run_trl(cfg, out, plain=True)`` trains the same config with TRL's own ``GRPOTrainer``
+instead (on-policy configs only), with the same records, as a baseline
+(``benchmarks/trl_replay.py``).
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ from replaytheory.io import write_json
 
 from ..config import Config, load_config, save_config
 from ..metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
-from ..models import encode_prompt, load_policy
+from ..models import encode_prompt, load_policy, param_count
 from ..samplers import WeightUpdate
-from ..schedule import rollouts_per_step
+from ..schedule import ComputeClock, rollouts_per_step
 from ..seeds import EVAL_STREAM, derived_seed
 from ..tasks import make_task
 
@@ -101,14 +104,107 @@ def _dataset(cfg: Config, task, r: int):
     return data, {p.pid: p for p in problems}
 
 
+class ReplayAccounting:
+    """What the records read from a ``ReplayGRPOTrainer``: its ``clock`` (generation and update
+    seconds, rollouts generated), rollouts consumed, and the last step's draw."""
+
+    name = "trl.ReplayGRPOTrainer"
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    @property
+    def clock(self):
+        return self.trainer.clock
+
+    @property
+    def consumed(self) -> int:
+        return self.trainer.consumed
+
+    @property
+    def rollouts_per_step(self) -> int:
+        return self.trainer.production.rollouts_per_step
+
+    def step_stats(self) -> dict:
+        """The buffer statistics, rewards and new-rollout count of the update just taken."""
+        last = self.trainer.steps[-1]
+        return {**last.buffer,
+                "train_reward": float(np.mean([r.reward for r in last.new])) if last.new
+                else None,
+                "batch_reward": float(np.mean([r.reward for r in last.batch])),
+                "new_rollouts": len(last.new)}
+
+    def histograms(self) -> dict | None:
+        """The buffer's staleness / use histograms."""
+        return self.trainer.buffer.index.histograms()
+
+
+class PlainAccounting:
+    """The same accounting for TRL's own ``GRPOTrainer`` (``build_trainer(plain=True)``), which
+    keeps no clock: a ``TrainerCallback`` (``callback``) times each optimizer step, and the
+    instance's ``_generate_and_score_completions`` is wrapped by a timer that returns TRL's
+    output untouched (the class and its numerics stay TRL's). Every step generates R = B
+    rollouts and trains on them once, at the weights that made them (staleness 0)."""
+
+    name = "trl.GRPOTrainer"
+
+    def __init__(self, trainer):
+        from transformers import TrainerCallback
+        self.trainer = trainer
+        self.rollouts_per_step = trainer.args.per_device_train_batch_size
+        self.clock = ComputeClock(param_count(trainer.model), self.rollouts_per_step)
+        self.consumed = 0
+        self._t0 = self._gen0 = 0.0
+        generate = trainer._generate_and_score_completions
+
+        def timed(inputs):
+            t0 = time.perf_counter()
+            out = generate(inputs)
+            if trainer.model.training:
+                self.clock.gen_seconds += time.perf_counter() - t0
+                tokens = int(out["prompt_mask"].sum() + out["completion_mask"].sum())
+                self.clock.gen_tokens += tokens
+                self.clock.train_tokens += tokens  # each rollout is trained on once
+                self.clock.generated += out["completion_ids"].size(0)
+            return out
+        trainer._generate_and_score_completions = timed
+        acc = self
+
+        class _Timer(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                acc._t0, acc._gen0 = time.perf_counter(), acc.clock.gen_seconds
+
+            def on_step_end(self, args, state, control, **kwargs):
+                c = acc.clock
+                wall = time.perf_counter() - acc._t0
+                c.train_seconds += max(wall - (c.gen_seconds - acc._gen0), 0.0)
+                c.steps += 1
+                acc.consumed += acc.rollouts_per_step
+
+        self.callback = _Timer()
+
+    def step_stats(self) -> dict:
+        """Rewards (TRL's logged mean of the step's generation, which is also the batch) and
+        the on-policy buffer statistics of the update just taken."""
+        reward = self.trainer._metrics["train"]["reward"][-1]
+        return {"staleness_mean": 0.0, "first_use_fraction": 1.0, "train_reward": reward,
+                "batch_reward": reward, "new_rollouts": self.rollouts_per_step}
+
+    def histograms(self) -> None:
+        """No buffer, no histograms."""
+        return None
+
+
 class HarnessLog:
     """The harness's metrics.jsonl records of a TRL run (a ``TrainerCallback`` built by
     ``make_harness_log``): record t holds the evaluation at the weights before update t and
-    the statistics of update t; evaluation every ``eval.every`` steps and at the end."""
+    the statistics of update t; evaluation every ``eval.every`` steps and at the end.
+    ``accounting``: ``ReplayAccounting`` or ``PlainAccounting`` of the trainer."""
 
-    def __init__(self, trainer, cfg: Config, task, tokenizer, out_dir: str):
+    def __init__(self, trainer, accounting, cfg: Config, task, tokenizer, out_dir: str):
         from ..samplers.hf import HFSampler
-        self.trainer, self.cfg, self.task, self.tok = trainer, cfg, task, tokenizer
+        self.trainer, self.acc, self.cfg, self.task, self.tok = \
+            trainer, accounting, cfg, task, tokenizer
         self.sampler = HFSampler(trainer.model, tokenizer.eos_token_id, tokenizer.pad_token_id,
                                  direct=cfg.run.direct_forward)
         self.prompts = [encode_prompt(tokenizer, p.prompt, cfg.task.chat_template)
@@ -125,27 +221,22 @@ class HarnessLog:
 
     def counters(self) -> dict:
         """Cumulative counts, compute units (one update = 1) and mu, as the harness's."""
-        t = self.trainer
-        gen, mu = t.clock.generated, t.clock.mu_time()
+        clock, consumed = self.acc.clock, self.acc.consumed
+        gen, mu = clock.generated, clock.mu_time()
         mu_acc = self.cfg.schedule.mu_accounting if self.cfg.schedule.mu_accounting > 0 else mu
-        return {"samples_generated": gen, "samples_consumed": t.consumed,
-                "compute_units": t.clock.compute_units(mu_acc),
+        return {"samples_generated": gen, "samples_consumed": consumed,
+                "compute_units": clock.compute_units(mu_acc),
                 "wall_time": time.perf_counter() - self.t_start,
-                "replay_ratio_mean": t.consumed / gen if gen else None, "mu_measured": mu,
-                "mu_flops": t.clock.mu_flops(), "mu_accounting": mu_acc,
-                "gen_seconds": t.clock.gen_seconds, "train_seconds": t.clock.train_seconds}
+                "replay_ratio_mean": consumed / gen if gen else None, "mu_measured": mu,
+                "mu_flops": clock.mu_flops(), "mu_accounting": mu_acc,
+                "gen_seconds": clock.gen_seconds, "train_seconds": clock.train_seconds}
 
     def step_record(self, step: int) -> dict:
         """The record of update ``step`` (just taken)."""
-        t = self.trainer
-        last = t.steps[-1]
-        entropy = t._metrics["train"].get("entropy") or [None]
+        entropy = self.trainer._metrics["train"].get("entropy") or [None]
         record = dict.fromkeys(REQUIRED_KEYS)
-        record.update(step=step, **self.pending, **last.buffer)
-        record.update(train_reward=float(np.mean([r.reward for r in last.new]))
-                      if last.new else None,
-                      batch_reward=float(np.mean([r.reward for r in last.batch])),
-                      new_rollouts=len(last.new), entropy=entropy[-1], **self.counters())
+        record.update(step=step, **self.pending, **self.acc.step_stats())
+        record.update(entropy=entropy[-1], **self.counters())
         self.pending = {}
         return record
 
@@ -160,21 +251,20 @@ class HarnessLog:
 
     def finish(self, out_dir: str, steps: int) -> dict:
         """Write the final record and summary.json; returns the summary."""
-        t = self.trainer
         final = dict.fromkeys(REQUIRED_KEYS)
         final.update(step=steps, **(self.pending or self.evaluate(steps)), **self.counters())
         self.log.write(final)
         self.log.close()
         records = read_jsonl(os.path.join(out_dir, "metrics.jsonl"))
-        c = t.clock
+        c = self.acc.clock
         extra = {k: final[k] for k in ("mu_measured", "mu_flops", "mu_accounting",
                                        "compute_units", "wall_time")}
-        extra.update({"histograms": t.buffer.index.histograms(), "steps": c.steps,
+        extra.update({"histograms": self.acc.histograms(), "steps": c.steps,
                       "parameters": c.n_params,
                       "gen_seconds_per_step": c.gen_seconds / max(c.steps, 1),
                       "train_seconds_per_step": c.train_seconds / max(c.steps, 1),
-                      "rollouts_per_step": t.production.rollouts_per_step,
-                      "trainer": "trl.ReplayGRPOTrainer", "trl_version": _trl_version()})
+                      "rollouts_per_step": self.acc.rollouts_per_step,
+                      "trainer": self.acc.name, "trl_version": _trl_version()})
         summary = summarize(records, extra)
         write_json(os.path.join(out_dir, "summary.json"), summary)
         return summary
@@ -185,14 +275,16 @@ def _trl_version() -> str:
     return trl.__version__
 
 
-def make_harness_log(trainer, cfg: Config, task, tokenizer, out_dir: str):
-    """A ``TrainerCallback`` writing the harness's records (``HarnessLog``) of ``trainer``.
-    Add it after the trainer is built, so that it runs after ``CalibrationCallback``."""
+def make_harness_log(trainer, accounting, cfg: Config, task, tokenizer, out_dir: str):
+    """A ``TrainerCallback`` writing the harness's records (``HarnessLog``) of ``trainer``
+    through ``accounting``. Add it after the trainer is built and after a
+    ``PlainAccounting.callback``, so that it runs after the step's timing is taken
+    (``CalibrationCallback`` of a ``ReplayGRPOTrainer``)."""
     from transformers import TrainerCallback
 
     class _Callback(TrainerCallback):
         def __init__(self):
-            self.log = HarnessLog(trainer, cfg, task, tokenizer, out_dir)
+            self.log = HarnessLog(trainer, accounting, cfg, task, tokenizer, out_dir)
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.log.pending = self.log.evaluate(state.global_step)
@@ -203,16 +295,23 @@ def make_harness_log(trainer, cfg: Config, task, tokenizer, out_dir: str):
     return _Callback()
 
 
-def build_trainer(cfg: Config, out_dir: str):
-    """(trainer, harness-log callback) of a harness config, ready to ``train()``."""
-    from transformers import PrinterCallback
-    from trl import GRPOConfig
+def build_trainer(cfg: Config, out_dir: str, plain: bool = False):
+    """(trainer, harness-log callback) of a harness config, ready to ``train()``.
+
+    plain: build TRL's own ``trl.GRPOTrainer`` (the class unmodified, TRL's default handling
+    of old log-probs) with the same GRPOConfig, model, prompts and reward instead of
+    ``ReplayGRPOTrainer``, as the baseline of a comparison; it needs schedule.mode=on_policy
+    (TRL makes B rollouts per step and uses each once) and probe.every=0 (probes need the
+    replay trainer). Raises ValueError naming the key otherwise."""
+    from trl import GRPOConfig, GRPOTrainer
 
     from ..experiment import grade_rollouts
     from .trl import ProbeSource, ReplayGRPOTrainer
     import torch
     torch.set_num_threads(cfg.run.threads)
     kwargs, replay = grpo_arguments(cfg, out_dir)
+    if plain:
+        _check_plain(cfg)
     task = make_task(cfg.task)
     model, tok = load_policy(cfg, task)
     data, by_id = _dataset(cfg, task, kwargs["per_device_train_batch_size"])
@@ -220,6 +319,12 @@ def build_trainer(cfg: Config, out_dir: str):
     def reward(completions, pid, **_):
         return [task.reward(by_id[int(i)], c) for c, i in zip(completions, pid)]
 
+    if plain:
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=GRPOConfig(**kwargs),
+                              train_dataset=data, processing_class=tok)
+        accounting = PlainAccounting(trainer)
+        trainer.add_callback(accounting.callback)
+        return _finish_trainer(trainer, accounting, cfg, task, tok, out_dir)
     probes = None
     if cfg.probe.every:
         tr = cfg.trainer
@@ -231,8 +336,26 @@ def build_trainer(cfg: Config, out_dir: str):
     trainer = ReplayGRPOTrainer(model=model, reward_funcs=reward, args=GRPOConfig(**kwargs),
                                 train_dataset=data, processing_class=tok, replay=replay,
                                 probes=probes, probe_dir=out_dir)
-    trainer.remove_callback(PrinterCallback)  # the records go to metrics.jsonl
-    callback = make_harness_log(trainer, cfg, task, tok, out_dir)
+    return _finish_trainer(trainer, ReplayAccounting(trainer), cfg, task, tok, out_dir)
+
+
+def _check_plain(cfg: Config) -> None:
+    """Refuse what TRL's own GRPOTrainer cannot run as the plain baseline (key named)."""
+    if cfg.schedule.mode != "on_policy":
+        raise ValueError(f"plain=True needs schedule.mode=on_policy (TRL's GRPOTrainer uses "
+                         f"each rollout once), got {cfg.schedule.mode!r}")
+    if cfg.probe.every:
+        raise ValueError(f"plain=True needs probe.every=0 (probes need the replay trainer), "
+                         f"got {cfg.probe.every}")
+
+
+def _finish_trainer(trainer, accounting, cfg: Config, task, tok, out_dir: str):
+    """Route the records to metrics.jsonl (not TRL's printer); (trainer, harness-log
+    callback)."""
+    from transformers import PrinterCallback
+    import torch
+    trainer.remove_callback(PrinterCallback)
+    callback = make_harness_log(trainer, accounting, cfg, task, tok, out_dir)
     trainer.add_callback(callback)
     torch.set_num_threads(cfg.run.threads)
     return trainer, callback
@@ -242,15 +365,15 @@ def _encode(tokenizer, chat: bool, problem) -> list[int]:
     return encode_prompt(tokenizer, problem.prompt, chat)
 
 
-def run_trl(cfg: Config, out_dir: str) -> dict:
+def run_trl(cfg: Config, out_dir: str, plain: bool = False) -> dict:
     """Train ``cfg`` through TRL into ``out_dir`` (which must not exist or be empty);
-    returns the summary."""
+    returns the summary. plain: TRL's own ``GRPOTrainer`` (see ``build_trainer``)."""
     if os.path.exists(out_dir) and os.listdir(out_dir):
         raise ValueError(f"output folder {out_dir!r} exists and is not empty; choose another "
                          f"--out")
     os.makedirs(out_dir, exist_ok=True)
     save_config(cfg, os.path.join(out_dir, "config.yaml"))
-    trainer, callback = build_trainer(cfg, out_dir)
+    trainer, callback = build_trainer(cfg, out_dir, plain=plain)
     trainer.train()
     return callback.log.finish(out_dir, trainer.state.global_step)
 

@@ -41,6 +41,12 @@ def test_overrides_are_typed():
     ("buffer.sampling=random", "buffer.sampling must be one of"),
     ("run.progress=maybe", "run.progress must be true or false"),
     ("schedule.mode=async", "needs schedule.mu_accounting"),
+    ("schedule.injected_gen_delay=-0.5", "schedule.injected_gen_delay must be in [0, 600]"),
+    ("schedule.injected_gen_sigma=6", "schedule.injected_gen_sigma must be in [0, 5]"),
+    ("schedule.injected_gen_delay=0.1", "schedule.injected_gen_delay (0.1 s) needs "
+                                        "schedule.engine=ray"),
+    ("schedule.injected_gen_sigma=0.5", "schedule.injected_gen_sigma (0.5) needs "
+                                        "schedule.injected_gen_delay > 0"),
     ("trainer", "--set expects section.key=value"),
     ("lr=1", "--set key must be section.key"),
 ])

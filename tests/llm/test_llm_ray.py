@@ -166,3 +166,78 @@ def test_sweep_on_ray_writes_the_usual_files(cluster, tmp_path):
     assert len(rows) == 1 and (out / "results.csv").exists()
     again = run_sweep(load_spec(str(spec_path)), str(out), engine="ray", progress=False)
     assert again["skipped"] == 1 and again["finished"] == 0
+
+
+def test_injected_delay_is_slept_counted_and_reproducible():
+    """schedule.injected_gen_delay: each sampler call sleeps the drawn delay, reported as part
+    of its generation time; 0 sleeps nothing; the lognormal draws are reproducible per
+    (seed, sampler) and spread around the median."""
+    from llm_experiments.engines.ray_engine import InjectedDelay, SamplerWorker
+    chunks = []
+    for delay in (0.0, 0.05):
+        worker = SamplerWorker(small_config(*RAY, f"schedule.injected_gen_delay={delay}"))
+        rng = np.random.default_rng(0)
+        for i in range(3):
+            chunks.append((delay, worker.produce(worker.task.sample_train(2, rng), 0, None, i,
+                                                 8 * i, 2 * i)[0]))
+    for delay, report in chunks:
+        assert report.injected_seconds == delay
+        assert report.gen_seconds >= delay
+    on = [r for d, r in chunks if d > 0]
+    assert sum(r.injected_seconds for r in on) == pytest.approx(0.15)
+    draws = [InjectedDelay(0.2, 0.5, 7, 1).draw() for _ in range(2)]
+    assert draws[0] == draws[1] != InjectedDelay(0.2, 0.5, 7, 0).draw()
+    many = InjectedDelay(0.2, 0.5, 7, 1)
+    logs = np.log([many.draw() for _ in range(2000)])
+    assert np.median(logs) == pytest.approx(np.log(0.2), abs=0.05)
+    assert np.std(logs) == pytest.approx(0.5, rel=0.1)
+
+
+# Probes every 3 steps, with the optional reuse and contribution tables; a buffer of 32 groups
+# so that probed rollouts survive one probe interval.
+PROBED = ["run.steps=12", "probe.every=3", "probe.reuse_gaps=[1]", "probe.contribution=true",
+          "buffer.capacity=128", "run.checkpoint_every=6"]
+
+
+def test_probes_on_ray_write_the_emulated_layout(cluster, tmp_path):
+    """probe.every > 0 on the Ray engine (trainer rank 0 probes while the samplers pause):
+    probes.npz holds the tables and columns of an emulated run with the same probe settings,
+    the rows whose number the settings fix, finite noise and one rate R per run; the
+    calibration reads it; the probe seconds are reported and kept out of the busy time."""
+    from llm_experiments.experiment import run_experiment
+    from llm_experiments.metrics import read_jsonl
+    from llm_experiments.validation import load_probes, smoothness
+    from replaytheory.calibrate import calibrate
+    from replaytheory.probes import ProbeSet
+    configs = {"ray": small_config(*RAY, *PROBED),
+               "emulated": small_config("schedule.mode=async", "schedule.mu_accounting=2.0",
+                                        *PROBED)}
+    sets, summaries = {}, {}
+    for name, cfg in configs.items():
+        summaries[name] = run_experiment(cfg, str(tmp_path / name))
+        path = str(tmp_path / name / "probes.npz")
+        with np.load(path) as z:
+            sets[name] = (sorted(z.files), ProbeSet.load(path))
+    (ray_keys, ray_ps), (emu_keys, emu_ps) = sets["ray"], sets["emulated"]
+    assert ray_keys == emu_keys and any(k.startswith("reuse/") for k in ray_keys)
+    fresh = ray_ps.tables["noise"]["source"] == 1
+    for ps in (ray_ps, emu_ps):
+        assert list(ps.tables["minibatch"]["probe_step"]) == [0, 3, 6, 9]
+        assert np.sum(ps.tables["noise"]["source"] == 1) == fresh.sum() == 4 * 2 * 5
+    for name, table in ray_ps.tables.items():
+        assert ray_ps.n_rows(name) > 0, name
+        assert set(table) == set(emu_ps.tables[name]), name
+    noise = ray_ps.tables["noise"]
+    assert np.all(np.isfinite(noise["sq_noise"])) and np.all(noise["sq_noise"] > 0)
+    assert (noise["staleness"][~fresh] > 0).any()
+    rate = np.unique(ray_ps.tables["minibatch"]["rollouts_per_step"])
+    assert rate.size == 1 and rate[0] == summaries["ray"]["rollouts_per_step"]
+    assert ray_ps.counts["steps"] == 12 and ray_ps.counts["workers"] == 1
+    probes = load_probes([str(tmp_path / "ray" / "probes.npz")])
+    cal = calibrate(probes, probes.counts, n_boot=20)
+    assert 0 <= cal.rho() <= 1 and cal.mu == ray_ps.counts["mu_measured"]
+    assert np.isfinite(smoothness(probes)).all()
+    summary = summaries["ray"]
+    assert summary["probe_seconds"] > 0 and summary["busy_seconds"]["trainer0"] > 0
+    assert summary["probe_fraction_of_wall_time"] > 0
+    assert read_jsonl(str(tmp_path / "ray" / "metrics.jsonl"))[-1]["probe_seconds"] > 0

@@ -220,6 +220,53 @@ def test_trl_command_refuses_what_it_cannot_map(tmp_path, capsys):
     assert "schedule.group_size" in capsys.readouterr().err
 
 
+def test_plain_trl_trainer_refuses_replay_and_probes(tmp_path):
+    from llm_experiments.integrations.trl_run import build_trainer
+    with pytest.raises(ValueError, match="schedule.mode=on_policy"):
+        build_trainer(small_config("probe.every=0"), str(tmp_path), plain=True)
+    with pytest.raises(ValueError, match="probe.every=0"):
+        build_trainer(small_config("schedule.mode=on_policy", "probe.every=5"), str(tmp_path),
+                      plain=True)
+
+
+def test_trl_replay_benchmark_plain_arm_is_trls_own_trainer(monkeypatch):
+    """benchmarks/trl_replay: the plain arm trains TRL's ``GRPOTrainer`` itself (not our
+    subclass), the replay arm ours, and one short run of each gives every number the report
+    reads (rates, measured mu, evaluations, compute to the target)."""
+    from benchmarks import trl_replay
+
+    from llm_experiments.integrations import trl_run
+    built = []
+    real = trl_run.build_trainer
+
+    def spy(*args, **kwargs):
+        trainer, callback = real(*args, **kwargs)
+        built.append(trainer)
+        return trainer, callback
+
+    monkeypatch.setattr(trl_run, "build_trainer", spy)
+    settings = trl_replay.parse(["--steps", "2", "--eval-every", "1", "--target", "0",
+                                 "--cache", CACHE])
+    # The small model, with the benchmark's own B, G, buffer and evaluation interval.
+    small = [s for s in SMALL if not s.startswith(("schedule.", "buffer.", "eval.every"))]
+    runs = {arm: trl_replay.one_run(settings, arm, 0, small) for arm in trl_replay.ARMS}
+    assert type(built[0]) is GRPOTrainer and not isinstance(built[0], rt.ReplayGRPOTrainer)
+    assert type(built[1]) is rt.ReplayGRPOTrainer
+    plain, replay = runs["plain"], runs["replay"]
+    assert (plain.trainer, replay.trainer) == ("trl.GRPOTrainer", "trl.ReplayGRPOTrainer")
+    assert plain.samples_generated == 2 * trl_replay.B and plain.rollouts_per_step == 64
+    assert replay.rollouts_per_step == 16
+    for r in runs.values():
+        assert r.samples_per_s > 0 and r.updates_per_s > 0 and r.mu_measured > 0
+        assert [e[0] for e in r.evals] == [0, 1, 2]
+        assert None not in (r.final_eval_accuracy, r.best_eval_accuracy)
+        assert r.step_to_target == 0
+        assert r.compute_to_target == pytest.approx(settings.mu * r.evals[0][1] / 64)
+        assert r.compute_to_target_measured_mu == pytest.approx(
+            r.mu_measured * r.evals[0][1] / 64)
+    assert trl_replay.median_of([plain], "samples_per_s") == plain.samples_per_s
+
+
 @pytest.mark.slow
 def test_trl_command_learns(tmp_path):
     """cpu_tiny through TRL with the replay buffer (y = 2, N = 512), 40 steps: held-out
