@@ -203,7 +203,7 @@ def test_probes_on_ray_write_the_emulated_layout(cluster, tmp_path):
     """probe.every > 0 on the Ray engine (trainer rank 0 probes while the samplers pause):
     probes.npz holds the tables and columns of an emulated run with the same probe settings,
     the rows whose number the settings fix, finite noise and one rate R per run; the
-    calibration reads it; the probe seconds are reported and kept out of the busy time."""
+    calibration reads it; the probe seconds are reported."""
     from llm_experiments.experiment import run_experiment
     from llm_experiments.metrics import read_jsonl
     from llm_experiments.validation import load_probes, smoothness
