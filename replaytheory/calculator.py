@@ -81,8 +81,16 @@ class ReplayRecommendation:
     def on_policy(self) -> bool:
         return self.regime == ON_POLICY
 
+    @property
+    def horizon_at_limit(self) -> bool:
+        """True when the continuous optimum x* sits at ``horizon_limit``: the objective was
+        still falling there, so x* is a lower bound on the best horizon, not an optimum."""
+        return (math.isfinite(self.horizon_limit) and self.design.regime == REPLAY
+                and self.design.horizon >= self.horizon_limit * (1 - 1e-9))
+
     def to_dict(self) -> dict:
         d = {k: val for k, val in self.__dict__.items() if k not in ("design", "notes")}
+        d["horizon_at_limit"] = self.horizon_at_limit
         d["notes"] = list(self.notes)
         d["design"] = self.design.to_dict()
         return d
@@ -443,9 +451,16 @@ def _explain_range(rec: ReplayRecommendation, noise) -> str:
         return ""
     s_max = float(noise.staleness[-1])
     if noise.extrapolate == "none":
+        bound = ""
+        if rec.horizon_at_limit:
+            # Measured on heldout_digits3 (theory.md section 10.9): every capped prediction
+            # (x = 16) lost to x = 64, so the edge must read as a bound, not as an optimum.
+            bound = (f" The optimum sits at that edge (the objective still falls there), so "
+                     f"{rec.measured_horizon:g} steps is a lower bound on the best horizon: "
+                     f"measure noise with a longer buffer before keeping a longer one.")
         return (f" The noise table covers staleness up to {s_max:g} steps, so horizons past "
                 f"{rec.measured_horizon:g} steps were not considered (extrapolate='hold_last' "
-                f"searches further, holding sigma^2 at its last measured value).")
+                f"searches further, holding sigma^2 at its last measured value).{bound}")
     where = "beyond" if rec.horizon > rec.measured_horizon else "within"
     return (f" Past staleness {s_max:g} steps the noise table is extrapolated by holding "
             f"sigma^2 at its last measured value ({float(noise.sigma2_values[-1]):.3g}); the "

@@ -300,7 +300,13 @@ def optimal_design(mu: float, rho: float, noise: NoiseModel, *, average: str | N
     if method == "auto":
         method = "closed_form" if closed_ok else "numeric"
     notes = list(a3_notes(noise))
+    x, y = _optimum(mu, rho, noise, avg, method, notes)
+    return _design_at(x, y, mu=mu, rho=rho, noise=noise, average=avg, method=method,
+                      notes=notes)
 
+
+def _optimum(mu, rho, noise, avg, method, notes):
+    """(x*, y*) by the closed form or numerically (section 5); appends caveats to notes."""
     if method == "closed_form":
         x, y = power_law_optimum(mu, rho, noise.alpha)
     else:
@@ -316,21 +322,24 @@ def optimal_design(mu: float, rho: float, noise: NoiseModel, *, average: str | N
             y = math.sqrt(mu / rho) if rho > 0 else math.inf
         else:
             y = float(optimal_replay_ratio(x, mu=mu, rho=rho))
-
     if math.isinf(x):
         notes.append("the objective keeps falling as the horizon grows (noise does not grow "
                      "with staleness): the best buffer is as large as other limits allow")
     if isinstance(noise, PowerLawNoise) and noise.alpha >= 0.5:
         notes.append("alpha >= 1/2: staleness noise grows too fast for any buffer to pay off")
+    return x, y
 
-    j_on = float(objective(1.0, 1.0, mu=mu, rho=rho, noise=noise, average=avg))
+
+def _design_at(x, y, *, mu, rho, noise, average, method, notes) -> Design:
+    """The ``Design`` record of the optimum (x, y): J there against on-policy's J(1, 1)."""
+    j_on = float(objective(1.0, 1.0, mu=mu, rho=rho, noise=noise, average=average))
     if x == 0.0:
-        j_star = float(np.exp(np.min(_log_profile_limit(mu, rho, noise, avg))))
+        j_star = float(np.exp(np.min(_log_profile_limit(mu, rho, noise, average))))
     elif math.isinf(x) or math.isinf(y):
-        j_star = float(np.exp(_log_sigma_bar2(noise, 1e15, avg))
+        j_star = float(np.exp(_log_sigma_bar2(noise, 1e15, average))
                        * (1 / math.sqrt(mu) + math.sqrt(rho)) ** 2)
     else:
-        j_star = float(objective(x, y, mu=mu, rho=rho, noise=noise, average=avg))
+        j_star = float(objective(x, y, mu=mu, rho=rho, noise=noise, average=average))
     if j_star == 0.0:
         notes.append("the objective vanishes at short horizons (sigma(0) = 0 with the discrete "
                      "average): the design is degenerate; use the continuous average or a "
@@ -344,7 +353,7 @@ def optimal_design(mu: float, rho: float, noise: NoiseModel, *, average: str | N
         j_ratio = math.nan
         notes.append("sigma_bar^2(1) = 0 under this model and average (sigma(0) = 0): the "
                      "on-policy reference J(1, 1) vanishes and the ratio is undefined")
-    return Design(mu=mu, rho=rho, noise=noise.to_dict(), average=avg, method=method,
+    return Design(mu=mu, rho=rho, noise=noise.to_dict(), average=average, method=method,
                   horizon=float(x), replay_ratio=float(y), objective=j_star,
                   on_policy_objective=j_on, j_ratio=j_ratio, predicted_saving=1.0 - j_ratio,
                   regime=regime, notes=tuple(notes))

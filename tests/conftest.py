@@ -18,6 +18,12 @@ os.environ.setdefault("LLM_EXPERIMENTS_CACHE", os.path.join(
 
 
 import pytest  # noqa: E402  (after the environment above, which must precede matplotlib)
+from hypothesis import settings  # noqa: E402
+
+# Property tests check values, never speed: on a loaded 2-core machine hypothesis's default
+# 200 ms deadline failed test_j_homogeneous_degree_zero with DeadlineExceeded.
+settings.register_profile("no_deadline", deadline=None)
+settings.load_profile("no_deadline")
 
 
 @pytest.fixture

@@ -198,6 +198,21 @@ def test_config_and_design_agree_on_a_table():
     assert cfg.buffer_size < 200  # the silent extrapolation recommended N = 8000
 
 
+def test_a_horizon_at_the_tables_edge_is_reported_as_a_lower_bound():
+    # Noise falling with staleness (as calibrated for heldout_digits3, theory.md section 10.9):
+    # the objective still falls at the table's edge, so x* = 16 is a bound, not an optimum.
+    falling = TabulatedNoise(np.arange(16.0), (1.0 + np.arange(16.0)) ** -0.17)
+    cfg = optimal_config(mu=2.0, rho=0.1, noise=falling, batch_size=64)
+    assert cfg.horizon_at_limit and cfg.design.horizon == cfg.horizon_limit == 16.0
+    assert "16 steps is a lower bound on the best horizon" in cfg.explanation
+    assert cfg.to_dict()["horizon_at_limit"] is True
+    # Noise that climbs steeply past staleness 2 puts the optimum inside the table.
+    rising = TabulatedNoise(np.arange(16.0), np.r_[1.0, 1.0, 1.0, np.full(13, 50.0)])
+    inside = optimal_config(mu=2.0, rho=0.1, noise=rising, batch_size=64)
+    assert inside.design.horizon < inside.horizon_limit and not inside.horizon_at_limit
+    assert "lower bound" not in inside.explanation
+
+
 def test_extrapolation_is_explicit_and_says_how():
     held = TabulatedNoise(MEASURED_1_TO_8.staleness, MEASURED_1_TO_8.sigma2_values,
                           extrapolate="hold_last")

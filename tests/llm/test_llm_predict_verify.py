@@ -61,3 +61,15 @@ def test_predict_writes_a_registration_that_brackets_every_prediction(tmp_path):
     assert json.dumps(again) == json.dumps(records)
     assert main(["--prediction", str(tmp_path / "p" / "prediction.json"), "--out",
                  str(tmp_path / "v"), "--seeds", "1"]) == 2
+
+
+def test_predict_names_the_variants_capped_by_the_measured_staleness():
+    # heldout_digits3's registration: every variant but finite_eta put x* = 16, the edge of a
+    # 16-step calibration buffer, and lost to x = 64 (theory.md section 10.9).
+    from llm_experiments.predict import at_measured_edge
+    preds = {"asymptotic": {"0.53": [16.0, 2.0], "2": [16.0, 2.8]},
+             "finite_eta": {"0.53": [1.0, 1.0], "2": "no optimum"},
+             "self_correlated": {"0.53": [12.0, 1.0], "2": [15.9, 1.4]}}
+    assert at_measured_edge(preds, 16.0) == ["asymptotic"]
+    assert at_measured_edge(preds, 12.0) == ["asymptotic", "self_correlated"]
+    assert at_measured_edge(preds, 64.0) == []
