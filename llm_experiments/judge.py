@@ -33,6 +33,7 @@ import numpy as np
 from replaytheory import calibrate
 from replaytheory.analysis import best_option, mean_over_budget, split_half_spearman
 from replaytheory.io import write_json
+from replaytheory.noise import EXTRAPOLATIONS
 from replaytheory.verdicts import bootstrap_verdict, gate_distribution, regret_gain, regret_ratio
 
 from .cells import kind, xy
@@ -60,6 +61,12 @@ class Registration:
     rng_seed: int
     threshold: float
     predictions: dict  # variant -> {mu key: (x*, y*)}; the non-accounting key is "measured"
+    extrapolate: str = "none"  # how the predictions' noise table reached past its range
+
+    def __post_init__(self):
+        if self.extrapolate not in EXTRAPOLATIONS:
+            raise ValueError(f"extrapolate must be one of {EXTRAPOLATIONS}, got "
+                             f"{self.extrapolate!r}")
 
     @classmethod
     def load(cls, path: str) -> Registration:
@@ -77,7 +84,7 @@ class Registration:
                    float(d["primary_measure"]["budget_replay_ratio"]),
                    tuple(d.get("secondary_targets", ())), int(d["bootstrap"]["draws"]),
                    float(d["bootstrap"]["interval"]), int(d["bootstrap"]["rng_seed"]),
-                   float(d["gate"]["threshold"]), preds)
+                   float(d["gate"]["threshold"]), preds, d.get("extrapolate", "none"))
 
 
 def _mu_key(key: str, accounting: tuple) -> str:
@@ -180,7 +187,8 @@ def objectives(reg: Registration, grid: SweepGrid, calibration_dir: str, mus: di
         out[variant] = {}
         for key, mu in mus.items():
             pred = predict(cal, variant, mu, batch_size=grid.batch_size,
-                           budget=reg.steps * (1 + mu), big_l=big_l, f0=f0)
+                           budget=reg.steps * (1 + mu), big_l=big_l, f0=f0,
+                           extrapolate=reg.extrapolate)
             out[variant][key] = np.array([float(pred.objective(a, b)) for a, b in zip(x, y)])
     return out
 

@@ -22,13 +22,18 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
+import math
 import os
 import sys
 
 from replaytheory import calibrate
 from replaytheory.io import write_json
 
+from replaytheory.noise import EXTRAPOLATIONS
+
 from .config import load_config, parse_override
+from .judge import probe_paths
 from .losses import RATIO_LOSSES
 from .sweep import run_sweep
 from .validation import ACCOUNTING_MUS, VARIANTS, load_probes, predict, smoothness
@@ -43,6 +48,9 @@ LR_FACTORS = (0.5, 1.0, 2.0)
 PROBES = {"probe.fresh_groups": 32, "probe.buffer_groups": 32, "probe.crn_groups": 0,
           "probe.reuse_gaps": [1, 3], "run.progress": False, "eval.every": 1000}
 PROBES_PER_RUN = 10  # the fits bootstrap over probe steps, and reuse needs probes close by
+# x* = inf (the objective keeps falling with the horizon) is stored as this many steps: JSON
+# has no inf, and judge maps it to the grid's longest horizon all the same.
+UNBOUNDED_HORIZON = 1e6
 
 
 def calibration_spec(config: str, overrides: dict, steps: int, horizon: float,
@@ -69,19 +77,21 @@ def bracket(values, ladder) -> list:
 
 
 def variant_predictions(cal, mus: dict, batch: int, steps: int, big_l: float,
-                        f0: float) -> dict:
-    """variant -> mu key -> [x*, y*] (or the error text when a variant has no optimum)."""
+                        f0: float, extrapolate: str = "none") -> dict:
+    """variant -> mu key -> [x*, y*] (or the error text when a variant has no optimum);
+    ``extrapolate`` as in ``validation.predict``."""
     out = {}
     for variant in VARIANTS:
         out[variant] = {}
         for key, mu in mus.items():
             try:
                 p = predict(cal, variant, mu, batch_size=batch, budget=steps * (1 + mu),
-                            big_l=big_l, f0=f0)
+                            big_l=big_l, f0=f0, extrapolate=extrapolate)
             except ValueError as exc:
                 out[variant][key] = str(exc)
                 continue
-            out[variant][key] = [float(p.horizon), float(p.replay_ratio)]
+            x = float(p.horizon) if math.isfinite(p.horizon) else UNBOUNDED_HORIZON
+            out[variant][key] = [x, float(p.replay_ratio)]
     return out
 
 
@@ -100,8 +110,12 @@ def primary_variant(cal) -> str:
 
 def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
                     horizon: float = 16.0, seeds: int = 2, workers: int = 2,
-                    progress: bool = True) -> dict:
-    """Run the calibration (resumable) and write ``out/prediction.json``; returns it."""
+                    extrapolate: str = "none", progress: bool = True) -> dict:
+    """Run the calibration (resumable) and write ``out/prediction.json``; returns it.
+
+    ``extrapolate``: how the noise table reaches past the calibration's staleness (one of
+    ``EXTRAPOLATIONS``; "none" caps every x* at ``horizon``, theory.md section 4.6)."""
+    extrapolate = _check_extrapolate(extrapolate)
     cfg = load_config(config, [f"{k}={v}" for k, v in overrides.items()])
     cal_dir = os.path.join(out, "calibration")
     counts = run_sweep(calibration_spec(config, overrides, steps, horizon, seeds), cal_dir,
@@ -109,11 +123,10 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
     if counts["failed"]:
         raise RuntimeError(f"{counts['failed']} calibration run(s) failed: see "
                            f"{cal_dir}/logs")
-    probes = load_probes(glob.glob(os.path.join(cal_dir, "runs", "*", "probes.npz")))
-    cal = calibrate(probes, probes.counts)
-    big_l, f0 = smoothness(probes)
+    cal, big_l, f0 = _calibrated(glob.glob(os.path.join(cal_dir, "runs", "*", "probes.npz")))
     mus = {f"{cal.mu:.4g}": float(cal.mu), **{f"{m:g}": m for m in ACCOUNTING_MUS}}
-    preds = variant_predictions(cal, mus, cfg.schedule.batch_size, cfg.run.steps, big_l, f0)
+    preds = variant_predictions(cal, mus, cfg.schedule.batch_size, cfg.run.steps, big_l, f0,
+                                extrapolate)
     points = [v for by_mu in preds.values() for v in by_mu.values() if isinstance(v, list)]
     xs = [max(p[0], 1.0) for p in points] or [horizon]
     ys = [max(p[1], 1.0) for p in points] or [2.0]
@@ -132,7 +145,7 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
         # The variant the probes support (section 10.7); "standard" is the asymptotic model.
         "primary_variant": primary_variant(cal),
         "variant_choice": cal.variant_choice.to_dict() if cal.variant_choice else None,
-        "predictions_judged": preds,
+        "predictions_judged": preds, "extrapolate": extrapolate,
         "calibration": {"alpha": cal.noise.alpha, "alpha_interval": list(cal.noise.alpha_interval),
                         "power_law_ok": cal.noise.power_law_ok, "rho": cal.rho(),
                         "rho_interval": list(cal.coupling.rho_interval),
@@ -143,6 +156,46 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
     return registration
 
 
+def _check_extrapolate(extrapolate: str) -> str:
+    if extrapolate not in EXTRAPOLATIONS:
+        raise ValueError(f"extrapolate must be one of {EXTRAPOLATIONS}, got {extrapolate!r}")
+    return extrapolate
+
+
+def _calibrated(paths: list):
+    """(calibration, smoothness L, F0) from the probe files ``paths``."""
+    probes = load_probes(paths)
+    big_l, f0 = smoothness(probes)
+    return calibrate(probes, probes.counts), big_l, f0
+
+
+def extrapolated_registration(path: str, extrapolate: str, primary: str | None = None,
+                              note: str = "") -> str:
+    """A second registration on the grid of the committed ``path``: every variant predicted
+    again from the same calibration probes, with the noise table extrapolated
+    (``extrapolate``, theory.md section 4.6). Grid, measure, bootstrap and gate are copied, so
+    ``verify`` judges it on the same runs. ``primary``: its primary variant (default: the
+    original's). Writes ``prediction_<extrapolate>.json`` next to ``path``; returns that path.
+    Commit it before the grid's runs, as the original."""
+    extrapolate = _check_extrapolate(extrapolate)
+    with open(path) as fh:
+        reg = json.load(fh)
+    if primary is not None and primary not in VARIANTS:
+        raise ValueError(f"primary must be one of {VARIANTS}, got {primary!r}")
+    cal, big_l, f0 = _calibrated(probe_paths(os.path.join(os.path.dirname(path),
+                                                          "calibration"), reg["loss"]))
+    cfg = load_config(reg["config"], [f"{k}={v}" for k, v in reg.get("set", {}).items()])
+    mus = {f"{cal.mu:.4g}": float(cal.mu), **{f"{m:g}": m for m in reg["accounting_mus"]}}
+    out = os.path.join(os.path.dirname(path), f"prediction_{extrapolate}.json")
+    write_json(out, {**reg, "name": f"{reg['name']}_{extrapolate}", "extrapolate": extrapolate,
+                     "supplements": os.path.basename(path),
+                     "primary_variant": primary or reg["primary_variant"], "note": note,
+                     "predictions_judged": variant_predictions(
+                         cal, mus, cfg.schedule.batch_size, reg["steps"], big_l, f0,
+                         extrapolate)})
+    return out
+
+
 def _overrides(texts) -> dict:
     out = {}
     for text in texts:
@@ -151,13 +204,13 @@ def _overrides(texts) -> dict:
     return out
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llm_experiments predict", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--config", default="cpu_tiny", help="shipped config name or YAML path")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override, e.g. task.digits=3 (repeatable)")
-    p.add_argument("--out", required=True, help="folder for calibration/ and prediction.json")
+    p.add_argument("--out", help="folder for calibration/ and prediction.json")
     p.add_argument("--steps", type=int, default=40, help="steps of each calibration run")
     p.add_argument("--horizon", type=float, default=16.0,
                    help="calibration buffer horizon in steps (default 16): noise is measured "
@@ -165,11 +218,35 @@ def main(argv=None) -> int:
                         "x* at that edge is a lower bound")
     p.add_argument("--seeds", type=int, default=2, help="calibration runs (default 2)")
     p.add_argument("--workers", type=int, default=2, help="runs at a time (default 2)")
+    p.add_argument("--extrapolate", choices=EXTRAPOLATIONS, default="none",
+                   help="past the measured staleness: 'none' caps x* there, 'hold_last' "
+                        "holds the noise at its last measured value")
+    p.add_argument("--from", dest="source", metavar="PREDICTION_JSON",
+                   help="instead of calibrating: predict again from this committed "
+                        "registration's calibration with --extrapolate, on its grid; writes "
+                        "prediction_<extrapolate>.json next to it")
+    p.add_argument("--primary-variant", choices=VARIANTS,
+                   help="with --from: the new registration's primary variant")
+    p.add_argument("--note", default="", help="with --from: why this registration exists")
+    return p
+
+
+def main(argv=None) -> int:
+    p = _parser()
     a = p.parse_args(argv)
+    if (a.out is None) == (a.source is None):
+        p.error("give exactly one of --out (calibrate and predict) or --from (predict again)")
     try:
-        reg = make_prediction(a.config, _overrides(a.set), a.out, steps=a.steps,
-                              horizon=a.horizon, seeds=a.seeds, workers=a.workers)
-    except (ValueError, RuntimeError) as exc:
+        if a.source:
+            path = extrapolated_registration(a.source, a.extrapolate, a.primary_variant, a.note)
+            with open(path) as fh:
+                reg = json.load(fh)
+        else:
+            path = os.path.join(a.out, "prediction.json")
+            reg = make_prediction(a.config, _overrides(a.set), a.out, steps=a.steps,
+                                  horizon=a.horizon, seeds=a.seeds, workers=a.workers,
+                                  extrapolate=a.extrapolate)
+    except (ValueError, RuntimeError, OSError, KeyError) as exc:
         print(f"llm_experiments predict: error: {exc}", file=sys.stderr)
         return 2
     for variant, by_mu in reg["predictions_judged"].items():
@@ -178,13 +255,13 @@ def main(argv=None) -> int:
             print(f"{variant:19s} mu = {key:>6s}: {text}")
     measured = min(a.horizon, a.steps)
     edge = at_measured_edge(reg["predictions_judged"], measured)
-    if edge:
+    if edge and not a.source and a.extrapolate == "none":
         # heldout_digits3 (theory.md section 10.9): x* capped at 16 lost to x = 64.
         print(f"note: {', '.join(edge)} put x* at the edge of the measured staleness "
               f"({measured:g} steps): a lower bound, not an optimum; --horizon and --steps "
               f"measure further")
-    print(f"grid: x in {reg['horizons']}, y in {reg['replay_ratios']}; "
-          f"{os.path.join(a.out, 'prediction.json')} (commit it before verify)")
+    print(f"grid: x in {reg['horizons']}, y in {reg['replay_ratios']}; {path} (commit it "
+          f"before verify)")
     return 0
 
 

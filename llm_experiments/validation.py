@@ -103,19 +103,23 @@ class Prediction:
 
 
 def predict(cal, variant: str, mu: float, *, batch_size: int, budget: float,
-            big_l: float, f0: float) -> Prediction:
-    """The variant's prediction with the calibrated constants (see the module docstring)."""
+            big_l: float, f0: float, extrapolate: str = "none") -> Prediction:
+    """The variant's prediction with the calibrated constants (see the module docstring).
+
+    ``extrapolate``: how a measured noise table reaches past its staleness range, one of
+    ``replaytheory.noise.EXTRAPOLATIONS`` (theory.md section 4.6; "none" caps x* there)."""
+    noise = cal.noise_model(extrapolate=extrapolate)
     if variant in ("asymptotic", "effective_coupling"):
         coupling = "theory" if variant == "asymptotic" else "effective"
-        d = cal.design(mu, coupling=coupling)
-        rho, noise = cal.rho(coupling), cal.noise_model()
+        d = cal.design(mu, coupling=coupling, extrapolate=extrapolate)
+        rho = cal.rho(coupling)
         return Prediction(variant, d.horizon, d.replay_ratio, d.regime == "on-policy",
                           lambda x, y: objective(x, y, mu=mu, rho=rho, noise=noise),
                           d.notes)
     if variant == "finite_eta":
         f = cal.finite_lr_design(mu, batch_size=batch_size, smoothness=big_l, f0=f0,
-                                 budget=budget)
-        rho, noise, kappa = cal.rho(), cal.noise_model(), cal.bias.kappa
+                                 budget=budget, extrapolate=extrapolate)
+        rho, kappa = cal.rho(), cal.bias.kappa
 
         def obj(x, y):
             return finite_lr_objective(x, y, mu=mu, rho=rho, noise=noise,
@@ -124,9 +128,9 @@ def predict(cal, variant: str, mu: float, *, batch_size: int, budget: float,
 
         return Prediction(variant, f.horizon, f.replay_ratio, f.horizon < 1, obj, f.notes)
     if variant in REUSE_VARIANTS:  # raises ValueError when the run lacks the probe tables
-        d = cal.design(mu, variant=variant)
+        d = cal.design(mu, variant=variant, extrapolate=extrapolate)
         reuse, contribution = cal.reuse_terms(variant)
-        rho, noise = cal.rho(), cal.noise_model()
+        rho = cal.rho()
         return Prediction(variant, d.horizon, d.replay_ratio, d.regime == "on-policy",
                           lambda x, y: reuse_objective(x, y, mu=mu, rho=rho, noise=noise,
                                                        reuse=reuse, contribution=contribution),

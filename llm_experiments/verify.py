@@ -10,7 +10,9 @@
 3. ``DIR2/validation.json``: the seed-bootstrap verdicts of ``judge`` (probability that each
    cell is best, the best cell and whether it is interior, each variant's regret and Spearman
    with intervals, the split-half gate) at the measured mu, the accounting mus and each
-   cell's own mu, for the primary measure and the registered targets.
+   cell's own mu, for the primary measure and the registered targets. A second registration
+   on the same grid (``predict --from``, ``prediction_<x>.json``) reuses the runs and writes
+   ``DIR2/validation_<x>.json``.
 
 Default budget (cpu_tiny, 3 seeds, a grid of ~4 horizons x ~6 ratios, 3 learning rates:
 ~220 runs of ~50 s):
@@ -53,7 +55,8 @@ def grid_spec(prediction: dict, seeds: int) -> dict:
 
 def verify(prediction_path: str, out: str, *, seeds: int = 3, workers: int = 2,
            progress: bool = True) -> list[dict]:
-    """Run (or continue) the grid and write ``out/validation.json``; returns its records."""
+    """Run (or continue) the grid and write ``out/validation.json`` (``validation_name``);
+    returns its records."""
     if not isinstance(seeds, int) or seeds < 2:
         raise ValueError(f"--seeds must be an integer >= 2 (the gate splits the seeds in "
                          f"two halves), got {seeds!r}")
@@ -78,8 +81,17 @@ def verify(prediction_path: str, out: str, *, seeds: int = 3, workers: int = 2,
     # Without the prediction's probes the verdicts are complete except each variant's
     # Spearman, which needs its objective J over the grid.
     records = judge(curves, reg, cal_dir if has_probes else None)
-    write_json(os.path.join(out, "validation.json"), records)
+    write_json(os.path.join(out, validation_name(prediction_path)), records)
     return records
+
+
+def validation_name(prediction_path: str) -> str:
+    """``validation.json`` for ``prediction.json``; ``validation_<x>.json`` for a second
+    registration ``prediction_<x>.json`` on the same grid (``predict --from``)."""
+    base = os.path.basename(prediction_path)
+    if base.startswith("prediction_") and base.endswith(".json"):
+        return "validation_" + base[len("prediction_"):]
+    return "validation.json"
 
 
 def main(argv=None) -> int:

@@ -25,7 +25,7 @@ resampled together). Too few, degenerate or NaN probes raise ``ValueError``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import stats
@@ -35,7 +35,7 @@ from .calculator import optimal_config as _optimal_config
 from .compute import estimate_mu
 from .design import finite_lr_design as _finite_lr_design
 from .design import optimal_design
-from .noise import PowerLawNoise, TabulatedNoise
+from .noise import EXTRAPOLATIONS, PowerLawNoise, TabulatedNoise
 from .probes import ProbeSet
 from .reuse import STANDARD, ConstantReuse, ExpContribution, TabulatedReuse, variant_name
 from .reuse import VARIANTS as REUSE_VARIANTS
@@ -852,17 +852,22 @@ class Calibration:
         return self.coupling.rho if coupling == "theory" else float(
             np.clip(self.coupling.rho_eff, 0, 1))
 
-    def noise_model(self, noise: str = "auto"):
-        """The sigma model for designs: "auto", "power_law" or "tabulated"."""
+    def noise_model(self, noise: str = "auto", extrapolate: str = "none"):
+        """The sigma model for designs: ``noise`` "auto", "power_law" or "tabulated".
+
+        ``extrapolate`` (one of ``noise.EXTRAPOLATIONS``) applies to a table: "none" keeps
+        horizon searches inside the measured staleness, "hold_last" holds sigma^2 at its last
+        measured value beyond it (theory.md section 4.6); a power law extrapolates itself."""
         v.choice("noise", noise, ("auto", "power_law", "tabulated"))
-        if noise == "auto":
-            return self.noise.model
-        if noise == "tabulated":
-            return self.noise.tabulated
-        if self.noise.power_law is None:
+        v.choice("extrapolate", extrapolate, EXTRAPOLATIONS)
+        if noise == "power_law" and self.noise.power_law is None:
             raise ValueError(f"noise='power_law' needs a fitted alpha >= 0, got "
                              f"{self.noise.alpha:.3g}")
-        return self.noise.power_law
+        model = {"auto": self.noise.model, "tabulated": self.noise.tabulated,
+                 "power_law": self.noise.power_law}[noise]
+        if isinstance(model, TabulatedNoise):
+            return replace(model, extrapolate=extrapolate)
+        return model
 
     def _mu(self, mu):
         if mu is not None:
@@ -888,35 +893,42 @@ class Calibration:
                 self.contribution.model if want_f else None)
 
     def design(self, mu: float | None = None, *, coupling: str = "theory",
-               noise: str = "auto", variant: str = STANDARD, **kwargs):
+               noise: str = "auto", variant: str = STANDARD, extrapolate: str = "none",
+               **kwargs):
         """The optimum with the fitted constants: ``design.optimal_design`` (section 5) for
-        variant "standard", ``reuse.optimal_design`` (section 10) otherwise."""
+        variant "standard", ``reuse.optimal_design`` (section 10) otherwise; ``noise`` and
+        ``extrapolate`` as in ``noise_model``."""
         reuse_model, contribution = self.reuse_terms(variant)
+        sigma = self.noise_model(noise, extrapolate)
         if reuse_model is None and contribution is None:
-            return optimal_design(self._mu(mu), self.rho(coupling), self.noise_model(noise),
-                                  **kwargs)
-        return reuse_optimal_design(self._mu(mu), self.rho(coupling), self.noise_model(noise),
+            return optimal_design(self._mu(mu), self.rho(coupling), sigma, **kwargs)
+        return reuse_optimal_design(self._mu(mu), self.rho(coupling), sigma,
                                     reuse=reuse_model, contribution=contribution, **kwargs)
 
     def optimal_config(self, mu: float | None = None, *, coupling: str = "theory",
-                       noise: str = "auto", variant: str = STANDARD, **kwargs):
+                       noise: str = "auto", variant: str = STANDARD,
+                       extrapolate: str = "none", **kwargs):
         """Integers for the optimum: ``calculator.optimal_config`` (integers, GPU split) for
-        variant "standard", ``reuse.optimal_config`` (synchronous) otherwise."""
+        variant "standard", ``reuse.optimal_config`` (synchronous) otherwise; ``noise`` and
+        ``extrapolate`` as in ``noise_model``."""
         reuse_model, contribution = self.reuse_terms(variant)
+        sigma = self.noise_model(noise, extrapolate)
         if reuse_model is None and contribution is None:
-            return _optimal_config(mu=self._mu(mu), rho=self.rho(coupling),
-                                   noise=self.noise_model(noise), **kwargs)
-        return reuse_optimal_config(self._mu(mu), self.rho(coupling),
-                                    self.noise_model(noise), reuse=reuse_model,
-                                    contribution=contribution, **kwargs)
+            return _optimal_config(mu=self._mu(mu), rho=self.rho(coupling), noise=sigma,
+                                   **kwargs)
+        return reuse_optimal_config(self._mu(mu), self.rho(coupling), sigma,
+                                    reuse=reuse_model, contribution=contribution, **kwargs)
 
     def finite_lr_design(self, mu: float | None = None, *, batch_size: int,
                          smoothness: float, f0: float, budget: float,
-                         coupling: str = "theory", noise: str = "auto", **kwargs):
-        """``design.finite_lr_design`` with the fitted constants and kappa (section 4)."""
+                         coupling: str = "theory", noise: str = "auto",
+                         extrapolate: str = "none", **kwargs):
+        """``design.finite_lr_design`` with the fitted constants and kappa (section 4);
+        ``noise`` and ``extrapolate`` as in ``noise_model``."""
         if self.bias is None:
             raise ValueError("finite_lr_design needs kappa: calibrate with a bias table")
-        return _finite_lr_design(self._mu(mu), self.rho(coupling), self.noise_model(noise),
+        return _finite_lr_design(self._mu(mu), self.rho(coupling),
+                                 self.noise_model(noise, extrapolate),
                                  batch_size=batch_size, smoothness=smoothness,
                                  kappa=self.bias.kappa, f0=f0, budget=budget, **kwargs)
 

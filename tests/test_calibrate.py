@@ -243,3 +243,22 @@ def test_zero_drift_bias_is_not_identifiable():
                 drift=np.zeros(12), n_samples=np.full(12, 10.0))
     with pytest.raises(ValueError, match="drift"):
         fit_bias(ProbeSet({"bias": rows}))
+
+
+def test_extrapolating_a_falling_table_lifts_the_horizon_cap(quad_probes):
+    # heldout_digits3 (theory.md section 10.9): noise falling with staleness, so a capped search
+    # stops at the table's edge and only "hold_last" looks past it (section 4.6).
+    falling = _noise_table({0: 3.0, 1: 2.5, 2: 2.0, 3: 1.8, 4: 1.6})
+    cal = calibrate(ProbeSet({**quad_probes.tables, "noise": falling}), mu=2.0)
+    assert isinstance(cal.noise_model(), TabulatedNoise)
+    assert cal.noise_model().extrapolate == "none"
+    assert cal.noise_model(extrapolate="hold_last").extrapolate == "hold_last"
+    capped, held = cal.design(), cal.design(extrapolate="hold_last")
+    assert capped.horizon <= cal.noise.model.measured_horizon == 5.0
+    assert held.horizon > 5.0
+    cfg = cal.optimal_config(batch_size=60, extrapolate="hold_last", max_horizon=200)
+    assert cfg.horizon == cfg.horizon_limit == 200.0  # still falling: the user's cap binds
+    assert "beyond the measured range" in cfg.explanation
+    assert cal.optimal_config(batch_size=60).horizon_limit == 5.0
+    with pytest.raises(ValueError, match="extrapolate must be one of"):
+        cal.noise_model(extrapolate="linear")

@@ -73,3 +73,39 @@ def test_predict_names_the_variants_capped_by_the_measured_staleness():
     assert at_measured_edge(preds, 16.0) == ["asymptotic"]
     assert at_measured_edge(preds, 12.0) == ["asymptotic", "self_correlated"]
     assert at_measured_edge(preds, 64.0) == []
+
+
+def test_a_second_registration_extrapolates_on_the_same_grid(tmp_path):
+    # heldout_digits3's committed calibration: noise falls with staleness, every capped x* is
+    # the 16-step edge; "hold_last" lets the horizon search past it (theory.md section 4.6).
+    import shutil
+    from llm_experiments.judge import Registration
+    from llm_experiments.predict import UNBOUNDED_HORIZON, extrapolated_registration, main
+    from llm_experiments.verify import validation_name
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "results", "heldout_digits3")
+    shutil.copytree(os.path.join(src, "calibration"), tmp_path / "calibration",
+                    ignore=shutil.ignore_patterns("logs"))
+    shutil.copy(os.path.join(src, "prediction.json"), tmp_path / "prediction.json")
+    path = extrapolated_registration(str(tmp_path / "prediction.json"), "hold_last",
+                                     "self_correlated", note="test")
+    assert os.path.basename(path) == "prediction_hold_last.json"
+    first = json.loads((tmp_path / "prediction.json").read_text())
+    second = json.loads((tmp_path / "prediction_hold_last.json").read_text())
+    for field in ("horizons", "replay_ratios", "learning_rates", "primary_measure", "set"):
+        assert second[field] == first[field]
+    assert second["primary_variant"] == "self_correlated"
+    assert second["supplements"] == "prediction.json"
+    capped = first["predictions_judged"]["self_correlated"]
+    held = second["predictions_judged"]["self_correlated"]
+    assert set(held) == set(capped)
+    for key in capped:
+        assert capped[key][0] == 16.0 and held[key][0] == UNBOUNDED_HORIZON
+    reg = Registration.load(path)
+    assert reg.extrapolate == "hold_last" and Registration.load(
+        str(tmp_path / "prediction.json")).extrapolate == "none"
+    assert validation_name(path) == "validation_hold_last.json"
+    assert validation_name(str(tmp_path / "prediction.json")) == "validation.json"
+    with pytest.raises(ValueError, match="extrapolate must be one of"):
+        extrapolated_registration(path, "linear")
+    with pytest.raises(SystemExit):  # --from and --out are two different jobs
+        main(["--from", path, "--out", str(tmp_path)])
