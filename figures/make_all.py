@@ -4,7 +4,7 @@ Theory figures come from ``replaytheory`` directly; the simulation figures from 
 ``results/sim_validation/`` (written by ``replaytheory validate-sim --preset full``); the
 paired figures from the committed ``results/cpu_sweep/``; the diagnosis figure from
 ``results/diagnosis/diagnosis.json``; the verdict figures from every judged
-``validation.json`` under ``results/`` (``judge`` / ``verify``). A family whose saved results are
+``validation*.json`` under ``results/`` (``judge`` / ``verify``). A family whose saved results are
 missing is reported and skipped so the others still build.
 """
 
@@ -40,14 +40,16 @@ def _diagnosis(out):
 def _verdicts(out):
     from figures import verdicts
     paths = []
-    for path in sorted(RESULTS.glob("**/validation.json")):
+    for path in sorted(RESULTS.glob("**/validation*.json")):
         try:
             verdicts.load_records(path)
         except ValueError:  # the paired validation's own format, drawn by ``paired``
             continue
-        # results/heldout_digits3/interim -> verdicts_heldout_digits3_interim
-        name = "_".join(path.parent.relative_to(RESULTS).parts)
-        paths += verdicts.main_one(path.parent, out, name)
+        # results/heldout_digits3/interim/validation.json -> verdicts_heldout_digits3_interim;
+        # results/heldout_wide/validation_hold_last.json -> verdicts_heldout_wide_hold_last
+        name = "_".join(path.parent.relative_to(RESULTS).parts) + \
+            path.stem[len("validation"):]
+        paths += verdicts.main_one(path, out, name)
     if not paths:
         raise FileNotFoundError(f"no judged validation.json under {RESULTS}")
     return paths

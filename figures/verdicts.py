@@ -10,8 +10,10 @@ measure (``auc``):
 * ``verdicts_<name>.md``: per mu, the best cell with its probability and, per prediction,
   its cell, regret (median and interval) and Spearman (median and interval).
 
-Run: ``python -m figures.verdicts RESULTS_DIR [...] [--out DIR] [--name NAME]``; ``<name>``
-is the folder's name (e.g. ``heldout_digits3``) unless ``--name`` gives one.
+Run: ``python -m figures.verdicts RESULTS [...] [--out DIR] [--name NAME]``; each RESULTS is a
+folder holding ``validation.json`` or a ``validation*.json`` file (a second registration's
+``validation_<x>.json``); ``<name>`` is the folder's name plus ``_<x>`` (e.g.
+``heldout_wide_hold_last``) unless ``--name`` gives one.
 """
 
 from __future__ import annotations
@@ -112,12 +114,21 @@ def draw(records: list[dict], name: str):
     return fig
 
 
-def main_one(results_dir, out=None, name: str | None = None) -> list[Path]:
-    """Draw the figure and write the table of ``results_dir/validation.json``; ``name``
-    (default: the folder's name) names the outputs."""
-    results_dir = Path(results_dir)
-    name = name or results_dir.name
-    records = load_records(results_dir / "validation.json")
+def default_name(path) -> str:
+    """``<folder>`` for ``<folder>/validation.json``, ``<folder>_<x>`` for
+    ``<folder>/validation_<x>.json``."""
+    path = Path(path)
+    return path.parent.name + path.stem[len("validation"):]
+
+
+def main_one(results, out=None, name: str | None = None) -> list[Path]:
+    """Draw the figure and write the table of ``results``: a folder's ``validation.json`` or a
+    ``validation*.json`` file; ``name`` (default ``default_name``) names the outputs."""
+    path = Path(results)
+    if path.is_dir():
+        path = path / "validation.json"
+    name = name or default_name(path)
+    records = load_records(path)
     out_dir = Path(out) if out else Path(__file__).resolve().parent / "out"
     paths = save(draw(records, name), f"verdicts_{name}", out_dir)
     md = out_dir / f"verdicts_{name}.md"
@@ -127,7 +138,8 @@ def main_one(results_dir, out=None, name: str | None = None) -> list[Path]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("results", nargs="+", help="folders holding a judged validation.json")
+    p.add_argument("results", nargs="+", help="folders holding a judged validation.json, or "
+                   "validation*.json files")
     p.add_argument("--out", help="output folder (default figures/out)")
     p.add_argument("--name", help="name of the outputs (one results folder only; default: "
                    "the folder's name)")

@@ -54,3 +54,15 @@ def test_a_file_that_is_not_the_judges_is_refused(tmp_path):
     path.write_text(json.dumps([{"variant": "asymptotic"}]))
     with pytest.raises(ValueError, match="not a validation.json written by the judge"):
         verdicts.load_records(path)
+
+
+def test_a_second_registrations_verdicts_are_named_after_it(tmp_path):
+    (tmp_path / "heldout_wide").mkdir()
+    path = tmp_path / "heldout_wide" / "validation_hold_last.json"
+    path.write_text(json.dumps(_records(tmp_path)))
+    assert verdicts.default_name(path) == "heldout_wide_hold_last"
+    assert verdicts.default_name(tmp_path / "heldout_wide" / "validation.json") == "heldout_wide"
+    out = verdicts.main_one(path, tmp_path / "out")
+    assert {p.name for p in out} >= {"verdicts_heldout_wide_hold_last.png",
+                                     "verdicts_heldout_wide_hold_last.md"}
+    style.plt.close("all")
