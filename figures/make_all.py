@@ -45,7 +45,7 @@ def _verdicts(out):
             verdicts.load_records(path)
         except ValueError:  # the paired validation's own format, drawn by ``paired``
             continue
-        # results/heldout_digits3/interim/validation.json -> verdicts_heldout_digits3_interim;
+        # results/heldout_digits3/validation.json -> verdicts_heldout_digits3;
         # results/heldout_wide/validation_hold_last.json -> verdicts_heldout_wide_hold_last
         name = "_".join(path.parent.relative_to(RESULTS).parts) + \
             path.stem[len("validation"):]
