@@ -29,7 +29,6 @@ import sys
 
 from replaytheory import calibrate
 from replaytheory.io import write_json
-
 from replaytheory.noise import EXTRAPOLATIONS
 
 from .config import load_config, parse_override
@@ -187,12 +186,17 @@ def extrapolated_registration(path: str, extrapolate: str, primary: str | None =
     cfg = load_config(reg["config"], [f"{k}={v}" for k, v in reg.get("set", {}).items()])
     mus = {f"{cal.mu:.4g}": float(cal.mu), **{f"{m:g}": m for m in reg["accounting_mus"]}}
     out = os.path.join(os.path.dirname(path), f"prediction_{extrapolate}.json")
-    write_json(out, {**reg, "name": f"{reg['name']}_{extrapolate}", "extrapolate": extrapolate,
-                     "supplements": os.path.basename(path),
-                     "primary_variant": primary or reg["primary_variant"], "note": note,
-                     "predictions_judged": variant_predictions(
-                         cal, mus, cfg.schedule.batch_size, reg["steps"], big_l, f0,
-                         extrapolate)})
+    second = {**reg, "name": f"{reg['name']}_{extrapolate}", "extrapolate": extrapolate,
+              "supplements": os.path.basename(path),
+              "primary_variant": primary or reg["primary_variant"], "note": note,
+              "predictions_judged": variant_predictions(
+                  cal, mus, cfg.schedule.batch_size, reg["steps"], big_l, f0, extrapolate)}
+    if "planned_verification" in reg:  # the plan names this file and its primary, not the first's
+        plan = reg["planned_verification"]
+        second["planned_verification"] = {
+            **plan, "primary_variant": second["primary_variant"],
+            "command": plan["command"].replace(os.path.basename(path), os.path.basename(out))}
+    write_json(out, second)
     return out
 
 

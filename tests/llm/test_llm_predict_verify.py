@@ -95,6 +95,9 @@ def test_a_second_registration_extrapolates_on_the_same_grid(tmp_path):
         assert second[field] == first[field]
     assert second["primary_variant"] == "self_correlated"
     assert second["supplements"] == "prediction.json"
+    plan = second["planned_verification"]
+    assert plan["primary_variant"] == "self_correlated"
+    assert "--prediction results/heldout_digits3/prediction_hold_last.json" in plan["command"]
     capped = first["predictions_judged"]["self_correlated"]
     held = second["predictions_judged"]["self_correlated"]
     assert set(held) == set(capped)
