@@ -32,6 +32,7 @@ import numpy as np
 
 from replaytheory import calibrate
 from replaytheory.analysis import best_option, mean_over_budget, split_half_spearman
+from replaytheory.checks import choice
 from replaytheory.io import write_json
 from replaytheory.noise import EXTRAPOLATIONS
 from replaytheory.verdicts import bootstrap_verdict, gate_distribution, regret_gain, regret_ratio
@@ -64,9 +65,7 @@ class Registration:
     extrapolate: str = "none"  # how the predictions' noise table reached past its range
 
     def __post_init__(self):
-        if self.extrapolate not in EXTRAPOLATIONS:
-            raise ValueError(f"extrapolate must be one of {EXTRAPOLATIONS}, got "
-                             f"{self.extrapolate!r}")
+        choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
 
     @classmethod
     def load(cls, path: str) -> Registration:

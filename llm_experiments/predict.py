@@ -28,6 +28,7 @@ import os
 import sys
 
 from replaytheory import calibrate
+from replaytheory.checks import choice
 from replaytheory.io import write_json
 from replaytheory.noise import EXTRAPOLATIONS
 
@@ -103,8 +104,8 @@ def at_measured_edge(predictions: dict, measured: float) -> list:
 
 def primary_variant(cal) -> str:
     """The variant ``calibrate`` says the probes support, as a name of ``VARIANTS``."""
-    choice = cal.variant_choice.variant if cal.variant_choice else "standard"
-    return "asymptotic" if choice == "standard" else choice
+    supported = cal.variant_choice.variant if cal.variant_choice else "standard"
+    return "asymptotic" if supported == "standard" else supported
 
 
 def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
@@ -114,7 +115,7 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
 
     ``extrapolate``: how the noise table reaches past the calibration's staleness (one of
     ``EXTRAPOLATIONS``; "none" caps every x* at ``horizon``, theory.md section 4.6)."""
-    extrapolate = _check_extrapolate(extrapolate)
+    extrapolate = choice("extrapolate", extrapolate, EXTRAPOLATIONS)
     cfg = load_config(config, [f"{k}={v}" for k, v in overrides.items()])
     cal_dir = os.path.join(out, "calibration")
     counts = run_sweep(calibration_spec(config, overrides, steps, horizon, seeds), cal_dir,
@@ -155,12 +156,6 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
     return registration
 
 
-def _check_extrapolate(extrapolate: str) -> str:
-    if extrapolate not in EXTRAPOLATIONS:
-        raise ValueError(f"extrapolate must be one of {EXTRAPOLATIONS}, got {extrapolate!r}")
-    return extrapolate
-
-
 def _calibrated(paths: list):
     """(calibration, smoothness L, F0) from the probe files ``paths``."""
     probes = load_probes(paths)
@@ -176,11 +171,11 @@ def extrapolated_registration(path: str, extrapolate: str, primary: str | None =
     ``verify`` judges it on the same runs. ``primary``: its primary variant (default: the
     original's). Writes ``prediction_<extrapolate>.json`` next to ``path``; returns that path.
     Commit it before the grid's runs, as the original."""
-    extrapolate = _check_extrapolate(extrapolate)
+    extrapolate = choice("extrapolate", extrapolate, EXTRAPOLATIONS)
     with open(path) as fh:
         reg = json.load(fh)
-    if primary is not None and primary not in VARIANTS:
-        raise ValueError(f"primary must be one of {VARIANTS}, got {primary!r}")
+    if primary is not None:
+        choice("primary", primary, VARIANTS)
     cal, big_l, f0 = _calibrated(probe_paths(os.path.join(os.path.dirname(path),
                                                           "calibration"), reg["loss"]))
     cfg = load_config(reg["config"], [f"{k}={v}" for k, v in reg.get("set", {}).items()])
