@@ -166,13 +166,31 @@ class RolloutBuffer:
         """Every held rollout, in increasing item id order."""
         return self._rollouts(self._rows.ids[self._rows.live_rows()])
 
-    def held(self) -> HeldRollouts:
-        """Every held rollout with its insertion step and use count (``HeldRollouts``)."""
-        rollouts = self.rollouts()
-        if not rollouts:
+    def probe_groups(self, group_size: int, versions, limit: int) -> HeldRollouts:
+        """The buffer groups the gradient probes read (theory.md section 4), with their index
+        metadata: up to ``limit`` (>= 0) complete groups (``group_size`` >= 1 rollouts held)
+        whose weight version is in ``versions``, spread evenly over their insertion steps
+        (ties by group id), in that order, each group's rollouts in item id order. Only these
+        are materialised, so a buffer in another process sends a few groups, not N rollouts."""
+        ids = self._rows.ids[self._rows.live_rows()]
+        if not ids.size or limit < 1:
             return HeldRollouts([], np.zeros(0, np.int64), np.zeros(0, np.int64))
-        meta = self.index.metadata([r.item_id for r in rollouts])
-        return HeldRollouts(rollouts, meta["insert_step"], meta["uses"])
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order]
+        rows = self._rows.rows(ids)
+        gids = self._rows.cols["group_id"][rows]
+        meta = self.index.metadata(ids)
+        # return_index gives each group's lowest item id: its version and insertion step.
+        groups, first, counts = np.unique(gids, return_index=True, return_counts=True)
+        keep = (counts == group_size) & np.isin(self._rows.cols["version"][rows[first]],
+                                                np.fromiter(versions, np.int64))
+        groups, insert = groups[keep], meta["insert_step"][first[keep]]
+        if not groups.size:
+            return HeldRollouts([], np.zeros(0, np.int64), np.zeros(0, np.int64))
+        groups = groups[np.lexsort((groups, insert))]
+        pick = np.unique(np.round(np.linspace(0, groups.size - 1, min(limit, groups.size))))
+        at = np.concatenate([np.flatnonzero(gids == g) for g in groups[pick.astype(int)]])
+        return HeldRollouts(self._rollouts(ids[at]), meta["insert_step"][at], meta["uses"][at])
 
     def versions(self) -> np.ndarray:
         """Weight version of every held rollout."""

@@ -177,7 +177,7 @@ class Experiment(PolicyTrainer):
             make_rollouts=self.make_rollouts, current_weights=self.current_weights,
             snapshot_versions=lambda: set(self.weights.snapshots),
             snapshot=self.weights.update, buffer_versions=lambda: self.buffer.versions(),
-            held=lambda: self.buffer.held(),
+            probe_groups=self.buffer.probe_groups,
             counts=lambda: RunCounts(self.clock.generated, self.consumed, self.clock.steps,
                                      self.clock.mu_time(), self.mu_accounting()))
 

@@ -118,8 +118,9 @@ class RunView:
     group advantages (section 6) of a generation made with weight ``version``.
     current_weights(): the trainer's weights now. snapshot_versions(): the versions kept.
     snapshot(version): a kept version's weights. buffer_versions(): the weight version of
-    every rollout the buffer holds. held(): the buffer's rollouts with their insertion steps
-    and use counts (``buffer.HeldRollouts``). counts(): the run's ``RunCounts``.
+    every rollout the buffer holds. probe_groups(group_size, versions, limit): the buffer
+    groups the probes read, with insertion steps and use counts
+    (``RolloutBuffer.probe_groups``). counts(): the run's ``RunCounts``.
     """
 
     model: torch.nn.Module
@@ -137,7 +138,7 @@ class RunView:
     snapshot_versions: Callable[[], set[int]]
     snapshot: Callable[[int], WeightUpdate]
     buffer_versions: Callable[[], np.ndarray]
-    held: Callable[[], HeldRollouts]
+    probe_groups: Callable[[int, set[int], int], HeldRollouts]
     counts: Callable[[], RunCounts]
 
 
@@ -309,22 +310,17 @@ class Prober:
 
     def _buffer_samples(self, step, theta, g_ref, ref_err, grad_sq) -> list[float]:
         """Noise, coupling and buffer-based bias rows; returns the sequences' sq noise."""
-        p, held = self.cfg.probe, self.run.held()
-        groups, row_of = defaultdict(list), {}
+        p = self.cfg.probe
+        held = self.run.probe_groups(self.cfg.schedule.group_size,
+                                     self.run.snapshot_versions(), p.buffer_groups)
+        groups, row_of, insert = defaultdict(list), {}, {}
         for i, r in enumerate(held.rollouts):
             groups[r.group_id].append(r)
             row_of[r.item_id] = i
-        size, kept = self.cfg.schedule.group_size, self.run.snapshot_versions()
-        candidates = [gid for gid, rs in groups.items()
-                      if len(rs) == size and rs[0].version in kept]
-        if not candidates or not p.buffer_groups:
+            insert.setdefault(r.group_id, int(held.insert_step[i]))
+        chosen = list(groups)
+        if not chosen:
             return []
-        insert = {gid: int(held.insert_step[row_of[groups[gid][0].item_id]])
-                  for gid in candidates}
-        candidates.sort(key=lambda gid: (insert[gid], gid))
-        pick = np.unique(np.round(np.linspace(0, len(candidates) - 1,
-                                              min(p.buffer_groups, len(candidates)))))
-        chosen = [candidates[int(i)] for i in pick]
         seq_eps, seq_group, group_eps, seq_sq = [], [], [], []
         for gid in chosen:
             rs = groups[gid]

@@ -23,7 +23,7 @@ as ``optimal_design`` does; the recommendation records the bound and its explana
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -144,24 +144,6 @@ class _Candidate:
     def horizon(self) -> float:
         """x = N/R in steps."""
         return self.buffer_size / self.rollouts_per_step
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """The regime-dependent part of a ``ReplayRecommendation`` (same names and meaning)."""
-
-    buffer_size: int
-    batch_size: int
-    rollouts_per_step: float
-    workers: int | None
-    trainers: int | None
-    horizon: float
-    replay_ratio: float
-    compute_ratio: float
-    variance_ratio: float
-    predicted_saving: float
-    regime: str
-    steps: float | None
 
 
 def _batch_candidates(batch_size) -> list[int]:
@@ -337,20 +319,32 @@ def _on_policy_split(req: _Request) -> tuple[int, int | None, int | None]:
     return b, req.gpus - t, t
 
 
-def _on_policy(req: _Request, design: Design, notes: list[str]) -> _Outcome:
-    """Fields of the on-policy answer: N = B = R, every rollout used once, no buffer."""
+def _recommendation(req: _Request, design: Design, notes: list[str],
+                    **outcome) -> ReplayRecommendation:
+    """A ``ReplayRecommendation`` from its regime-dependent fields (``outcome``) and the
+    request's; the explanation is filled in by ``optimal_config``."""
+    measured = req.noise.measured_horizon if isinstance(req.noise, TabulatedNoise) else None
+    return ReplayRecommendation(**outcome, mu=req.mu, rho=req.rho,
+                                horizon_limit=req.horizon_limit, measured_horizon=measured,
+                                explanation="", design=design, notes=tuple(notes))
+
+
+def _on_policy(req: _Request, design: Design, notes: list[str]) -> ReplayRecommendation:
+    """The on-policy answer: N = B = R, every rollout used once, no buffer."""
     b, w, t = _on_policy_split(req)
     if design.regime == REPLAY:
         notes.append("no integer configuration under the constraints beats on-policy "
                      "training, although the continuous optimum is a replay design")
-    return _Outcome(buffer_size=b, batch_size=b, rollouts_per_step=float(b), workers=w,
-                    trainers=t, horizon=1.0, replay_ratio=1.0, compute_ratio=1.0,
-                    variance_ratio=1.0, predicted_saving=0.0, regime=ON_POLICY,
-                    steps=req.steps_for(1 + req.mu))
+    return _recommendation(req, design, notes, buffer_size=b, batch_size=b,
+                           rollouts_per_step=float(b), workers=w, trainers=t, horizon=1.0,
+                           replay_ratio=1.0, compute_ratio=1.0, variance_ratio=1.0,
+                           predicted_saving=0.0, regime=ON_POLICY,
+                           steps=req.steps_for(1 + req.mu))
 
 
-def _replay(req: _Request, design: Design, best: _Candidate, notes: list[str]) -> _Outcome:
-    """Fields of a replay answer; gamma = cost / (1 + mu) (section 3), 1 - J/J(1, 1)
+def _replay(req: _Request, design: Design, best: _Candidate,
+            notes: list[str]) -> ReplayRecommendation:
+    """A replay answer; gamma = cost / (1 + mu) (section 3), 1 - J/J(1, 1)
     the saving (section 5)."""
     j_ratio = best.objective / design.on_policy_objective
     x = best.horizon
@@ -363,12 +357,12 @@ def _replay(req: _Request, design: Design, best: _Candidate, notes: list[str]) -
     if steps is not None and x > steps / 10:
         notes.append("the horizon is not small against the number of updates: the "
                      "asymptotic design is only indicative")
-    return _Outcome(buffer_size=best.buffer_size, batch_size=best.batch_size,
-                    rollouts_per_step=best.rollouts_per_step, workers=best.workers,
-                    trainers=best.trainers, horizon=x,
-                    replay_ratio=best.batch_size / best.rollouts_per_step,
-                    compute_ratio=gamma, variance_ratio=j_ratio / gamma,
-                    predicted_saving=1 - j_ratio, regime=REPLAY, steps=steps)
+    return _recommendation(req, design, notes, buffer_size=best.buffer_size,
+                           batch_size=best.batch_size, rollouts_per_step=best.rollouts_per_step,
+                           workers=best.workers, trainers=best.trainers, horizon=x,
+                           replay_ratio=best.batch_size / best.rollouts_per_step,
+                           compute_ratio=gamma, variance_ratio=j_ratio / gamma,
+                           predicted_saving=1 - j_ratio, regime=REPLAY, steps=steps)
 
 
 def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel | None = None,
@@ -426,13 +420,9 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
     best = _best_candidate(req, candidates, notes)
     if best is None or best.objective >= design.on_policy_objective \
             or design.regime == ON_POLICY:
-        outcome = _on_policy(req, design, notes)
+        rec = _on_policy(req, design, notes)
     else:
-        outcome = _replay(req, design, best, notes)
-    measured = noise.measured_horizon if isinstance(noise, TabulatedNoise) else None
-    rec = ReplayRecommendation(**asdict(outcome), mu=mu, rho=rho,
-                               horizon_limit=req.horizon_limit, measured_horizon=measured,
-                               explanation="", design=design, notes=tuple(notes))
+        rec = _replay(req, design, best, notes)
     return replace(rec, explanation=_explain(rec, noise, gpus))
 
 

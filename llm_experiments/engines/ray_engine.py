@@ -238,10 +238,10 @@ class BufferHolder:
         """The distinct weight versions of the rollouts held (for the probes' snapshots)."""
         return np.unique(self.buffer.versions())
 
-    def held(self) -> HeldRollouts:
-        """Every held rollout with its insertion step and use count, as one message (what
-        the probes of trainer rank 0 read)."""
-        return self.buffer.held()
+    def probe_groups(self, group_size: int, versions: set[int], limit: int) -> HeldRollouts:
+        """The groups the probes of trainer rank 0 read, as one message
+        (``RolloutBuffer.probe_groups``: a few groups, not the whole buffer)."""
+        return self.buffer.probe_groups(group_size, versions, limit)
 
     def pop_stats(self, step: int) -> dict:
         """The staleness / reuse statistics of step ``step`` (once)."""
@@ -261,7 +261,7 @@ class TrainerRank(PolicyTrainer):
     its shard, gradients averaged over the group. Rank 0 also takes the gradient probes
     (``probes.Prober``, ``probe``) when ``probe.every`` > 0: it holds the current weights,
     keeps the weight snapshots the probes need, reads the buffer actor's rollouts as one
-    message (``BufferHolder.held``) and generates the probes' fresh groups itself, so the
+    message (``BufferHolder.probe_groups``) and generates the probes' fresh groups itself, so the
     probes need no sampler actor. ``probe_state``: ``probe_state()``'s output, on resume.
     ``out_dir``: the run folder (the driver writes ``probes.npz`` there from ``probes()``)."""
 
@@ -299,7 +299,8 @@ class TrainerRank(PolicyTrainer):
             snapshot_versions=lambda: set(self.snapshots.snapshots),
             snapshot=self.snapshots.update,
             buffer_versions=lambda: ray.get(self.buffer.versions.remote()),
-            held=lambda: ray.get(self.buffer.held.remote()), counts=lambda: self._counts))
+            probe_groups=lambda *a: ray.get(self.buffer.probe_groups.remote(*a)),
+            counts=lambda: self._counts))
         if state is not None:
             self.prober.load_state_dict(state["prober"])
             self.snapshots.snapshots = state["weights"]

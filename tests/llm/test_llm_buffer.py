@@ -121,3 +121,21 @@ def test_payloads_survive_repacking_and_stay_compact():
             np.testing.assert_array_equal(getattr(r, f), getattr(m, f))
     raw = sum(4 * (len(r.prompt) + 2 * len(r.completion)) + 8 * 6 for r in held)
     assert buf.nbytes() < 3 * raw
+
+
+def test_probe_groups_picks_complete_kept_groups_spread_over_insertion():
+    # Groups of 4; the FIFO (N = 30) has evicted group 0 and cut group 1 to 2 rollouts;
+    # versions 1 and 3 are not kept. The probes read complete groups of kept versions, evenly spread by insertion step.
+    buf = RolloutBuffer(30)
+    for g in range(9):
+        buf.add(rollouts(4 * g, 4, version=g, group=g), insert_step=g)
+    got = buf.probe_groups(4, {0, 2, 4, 5, 6, 7, 8}, limit=3)
+    complete = [2, 4, 5, 6, 7, 8]  # insert steps equal group ids here
+    chosen = [complete[i] for i in np.unique(np.round(np.linspace(0, 5, 3))).astype(int)]
+    assert [r.group_id for r in got.rollouts] == [g for g in chosen for _ in range(4)]
+    assert [r.item_id for r in got.rollouts] == [4 * g + k for g in chosen for k in range(4)]
+    assert got.insert_step.tolist() == [g for g in chosen for _ in range(4)]
+    assert got.uses.tolist() == [0] * 12
+    assert buf.probe_groups(4, {0, 1}, limit=3).rollouts == []
+    assert buf.probe_groups(4, {2}, limit=0).rollouts == []
+    assert len(buf.probe_groups(4, set(range(9)), limit=50).rollouts) == 4 * 7
