@@ -127,3 +127,22 @@ def test_interim_judge_keeps_only_seeds_that_finished_every_run(tmp_path):
     assert sorted({r.seed for r in kept}) == seeds[:-1]
     assert len(kept) == sum(r.seed != seeds[-1] for r in runs)
     assert complete_seeds(runs) == runs
+
+
+def test_judge_refuses_a_single_seed_by_name(tmp_path):
+    """One seed leaves nothing to resample: the judge says so instead of failing deep in
+    the split-half gate."""
+    from llm_experiments.judge import Registration, judge
+    rows = [json.loads(line) for line in open("tests/fixtures/tiny_sweep/curves.jsonl")]
+    one = [r for r in rows if r["settings"]["run.seed"] == rows[0]["settings"]["run.seed"]]
+    curves = tmp_path / "curves.jsonl"
+    curves.write_text("".join(json.dumps(r) + "\n" for r in one))
+    reg = tmp_path / "reg.json"
+    reg.write_text(json.dumps({"name": "tiny", "loss": "grpo", "steps": 24, "horizons": [1, 4],
+                               "replay_ratios": [1.0, 2.0], "accounting_mus": [2.0],
+                               "primary_measure": {"budget_replay_ratio": 2.0},
+                               "secondary_targets": [],
+                               "bootstrap": {"draws": 1, "interval": 0.9, "rng_seed": 0},
+                               "gate": {"threshold": 0.9}, "predictions_judged": {}}))
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        judge(str(curves), Registration.load(str(reg)), None)
