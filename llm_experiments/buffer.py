@@ -172,12 +172,10 @@ class RolloutBuffer:
         whose weight version is in ``versions``, spread evenly over their insertion steps
         (ties by group id), in that order, each group's rollouts in item id order. Only these
         are materialised, so a buffer in another process sends a few groups, not N rollouts."""
-        ids = self._rows.ids[self._rows.live_rows()]
+        rows = self._rows.live_rows()
+        ids = self._rows.ids[rows]  # increasing, as in ``rollouts``
         if not ids.size or limit < 1:
             return HeldRollouts([], np.zeros(0, np.int64), np.zeros(0, np.int64))
-        order = np.argsort(ids, kind="stable")
-        ids = ids[order]
-        rows = self._rows.rows(ids)
         gids = self._rows.cols["group_id"][rows]
         meta = self.index.metadata(ids)
         # return_index gives each group's lowest item id: its version and insertion step.

@@ -260,9 +260,9 @@ class TrainerRank(PolicyTrainer):
     """One of T data-parallel trainer actors (module docstring): ``PolicyTrainer``'s update on
     its shard, gradients averaged over the group. Rank 0 also takes the gradient probes
     (``probes.Prober``, ``probe``) when ``probe.every`` > 0: it holds the current weights,
-    keeps the weight snapshots the probes need, reads the buffer actor's rollouts as one
-    message (``BufferHolder.probe_groups``) and generates the probes' fresh groups itself, so the
-    probes need no sampler actor. ``probe_state``: ``probe_state()``'s output, on resume.
+    keeps the weight snapshots the probes need, reads the buffer groups it probes as one
+    message (``BufferHolder.probe_groups``) and generates the probes' fresh groups itself, so
+    the probes need no sampler actor. ``probe_state``: ``probe_state()``'s output, on resume.
     ``out_dir``: the run folder (the driver writes ``probes.npz`` there from ``probes()``)."""
 
     def __init__(self, cfg: Config, rank: int, buffer, model_state: dict | None,

@@ -125,7 +125,8 @@ def test_payloads_survive_repacking_and_stay_compact():
 
 def test_probe_groups_picks_complete_kept_groups_spread_over_insertion():
     # Groups of 4; the FIFO (N = 30) has evicted group 0 and cut group 1 to 2 rollouts;
-    # versions 1 and 3 are not kept. The probes read complete groups of kept versions, evenly spread by insertion step.
+    # versions 1 and 3 are not kept. The probes read complete groups of kept versions, evenly
+    # spread by insertion step.
     buf = RolloutBuffer(30)
     for g in range(9):
         buf.add(rollouts(4 * g, 4, version=g, group=g), insert_step=g)
