@@ -177,7 +177,8 @@ class Experiment(PolicyTrainer):
             make_rollouts=self.make_rollouts, current_weights=self.current_weights,
             snapshot_versions=lambda: set(self.weights.snapshots),
             snapshot=self.weights.update, buffer_versions=lambda: self.buffer.versions(),
-            probe_groups=self.buffer.probe_groups,
+            # Late-bound: resuming replaces self.buffer after this view is built.
+            probe_groups=lambda *a: self.buffer.probe_groups(*a),
             counts=lambda: RunCounts(self.clock.generated, self.consumed, self.clock.steps,
                                      self.clock.mu_time(), self.mu_accounting()))
 

@@ -466,7 +466,8 @@ class CalibrationCallback(TrainerCallback):
             current_weights=lambda: WeightUpdate(t.state.global_step, t.model.state_dict()),
             snapshot_versions=lambda: set(self.weights.snapshots),
             snapshot=lambda version: self.weights.update(version),
-            buffer_versions=lambda: t.buffer.versions(), probe_groups=t.buffer.probe_groups,
+            buffer_versions=lambda: t.buffer.versions(),
+            probe_groups=lambda *a: t.buffer.probe_groups(*a),
             counts=lambda: RunCounts(t.clock.generated, t.consumed, t.clock.steps,
                                      t.clock.mu_time(), None))
 
