@@ -273,12 +273,11 @@ def judge(curves: str, reg: Registration, calibration_dir: str | None,
     if not runs:
         raise ValueError(f"{curves} holds no finished run of loss {reg.loss!r}"
                          + (" in a complete seed" if only_complete_seeds else ""))
-    seeds = sorted({r.seed for r in runs})
-    if len(seeds) < 2:
-        raise ValueError(f"a verdict needs at least 2 seeds (the seed bootstrap and the "
-                         f"split-half gate resample them); {curves} has seeds {seeds}"
-                         + (" complete" if only_complete_seeds else ""))
     grid = SweepGrid.of(runs)
+    if len(grid.seeds) < 2:
+        raise ValueError(f"a verdict needs at least 2 seeds (the seed bootstrap and the "
+                         f"split-half gate resample them); {curves} has seeds {grid.seeds}"
+                         + (" complete" if only_complete_seeds else ""))
     onp = grid.runs[grid.cells[grid.on_policy]] if grid.on_policy >= 0 else runs
     mus = {MEASURED: float(np.median([r.summary["mu_measured"] for r in onp])),
            **{f"{m:g}": m for m in reg.accounting_mus}}
