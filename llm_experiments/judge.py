@@ -7,7 +7,8 @@ each mu (the measured one, the accounting values, and each cell's own measured m
 measure, ``judge`` writes one record: every cell's median score at its best learning rate and
 its probability of being best, the bootstrap-mode best cell, whether it is interior to the
 grid, each prediction's nearest cell with its regret (median and interval), the Spearman of
-each prediction's objective J with the measured scores (interval), and the split-half gate.
+each prediction's objective J with the measured scores (interval), the split-half gate, and
+the registration judged (its path and the sha256 of its bytes, to find in git history).
 
 Measures: ``auc`` (primary, higher is better): mean accuracy over compute in [0, C(mu)],
 C(mu) = steps (1 + mu / y_max), the compute the cheapest cell spends in the run
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import math
 import os
@@ -63,6 +65,10 @@ class Registration:
     threshold: float
     predictions: dict  # variant -> {mu key: (x*, y*)}; the non-accounting key is "measured"
     extrapolate: str = "none"  # how the predictions' noise table reached past its range
+    # Which file, byte for byte, the verdicts judge: git history can then show that this
+    # exact registration was committed before the runs.
+    path: str = ""
+    sha256: str = ""
 
     def __post_init__(self):
         choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
@@ -70,8 +76,9 @@ class Registration:
     @classmethod
     def load(cls, path: str) -> Registration:
         """Read a registration file; KeyError names a missing field."""
-        with open(path) as fh:
-            d = json.load(fh)
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        d = json.loads(raw)
         acc = tuple(float(m) for m in d["accounting_mus"])
         preds = {}  # a variant without an optimum at some mu carries the reason, not (x, y)
         for variant, by_mu in d["predictions_judged"].items():
@@ -83,7 +90,8 @@ class Registration:
                    float(d["primary_measure"]["budget_replay_ratio"]),
                    tuple(d.get("secondary_targets", ())), int(d["bootstrap"]["draws"]),
                    float(d["bootstrap"]["interval"]), int(d["bootstrap"]["rng_seed"]),
-                   float(d["gate"]["threshold"]), preds, d.get("extrapolate", "none"))
+                   float(d["gate"]["threshold"]), preds, d.get("extrapolate", "none"),
+                   path, hashlib.sha256(raw).hexdigest())
 
 
 def _mu_key(key: str, accounting: tuple) -> str:
@@ -296,7 +304,9 @@ def judge(curves: str, reg: Registration, calibration_dir: str | None,
             table = grid.table(lambda r: m.score(r, mu_run(r)))
             rec = judge_one(grid, reg, m, table, pred_key, obj, baseline)
             records.append({"mu": mu, "mu_source": key, "budget": budget(mu)
-                            if m.name == "auc" else None, "seeds": grid.seeds, **rec})
+                            if m.name == "auc" else None, "seeds": grid.seeds,
+                            "registration": {"path": reg.path, "sha256": reg.sha256},
+                            **rec})
     return records
 
 

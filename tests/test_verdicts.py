@@ -1,5 +1,6 @@
 """Seed-bootstrap verdicts (replaytheory.verdicts) and the target-free budget mean."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -100,6 +101,8 @@ def test_judge_on_the_tiny_sweep(tmp_path):
     path.write_text(json.dumps(reg))
     records = judge("tests/fixtures/tiny_sweep/curves.jsonl", Registration.load(str(path)),
                     None)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert all(r["registration"] == {"path": str(path), "sha256": sha} for r in records)
     assert {(r["mu_source"], r["measure"]) for r in records} == {
         (m, s) for m in ("measured", "2", "cell") for s in ("auc", "target=0.3")}
     for r in records:
