@@ -1,0 +1,83 @@
+"""The registration-before-runs check reads the order from a real git history."""
+
+import hashlib
+import json
+import os
+import subprocess
+
+import pytest
+
+from llm_experiments.provenance import check, main
+
+GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def _commit(repo, files: dict, message: str):
+    for rel, text in files.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=GIT_ENV)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", message], check=True, env=GIT_ENV)
+
+
+def _validation(registration_text: str) -> str:
+    sha = hashlib.sha256(registration_text.encode()).hexdigest()
+    rec = {"registration": {"path": "results/s/prediction.json", "sha256": sha}}
+    return json.dumps([rec, rec])
+
+
+@pytest.fixture
+def repo(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, env=GIT_ENV)
+    return tmp_path
+
+
+REG = '{"predictions": "x=16"}'
+CURVES = "run 1\n"
+
+
+def test_registration_before_the_runs_passes(repo):
+    _commit(repo, {"results/s/prediction.json": REG}, "register")
+    _commit(repo, {"results/s/curves.jsonl": CURVES}, "runs")
+    _commit(repo, {"results/s/validation.json": _validation(REG)}, "judge")
+    assert check(str(repo), "results/s/validation.json").status == "ok"
+    assert main(["--root", str(repo)]) == 0
+
+
+def test_registration_after_the_runs_fails(repo):
+    _commit(repo, {"results/s/curves.jsonl": CURVES}, "runs")
+    _commit(repo, {"results/s/prediction.json": REG}, "register late")
+    _commit(repo, {"results/s/interim/validation.json": _validation(REG)}, "judge")
+    p = check(str(repo), "results/s/interim/validation.json")
+    assert p.status == "registered after the runs"
+    assert p.curves == os.path.join("results", "s", "curves.jsonl")
+    assert main(["--root", str(repo)]) == 1
+
+
+def test_a_registration_edited_after_the_runs_matches_no_earlier_commit(repo):
+    """The judged bytes are the later edit: the early commit of the same path is not it."""
+    _commit(repo, {"results/s/prediction.json": REG}, "register")
+    _commit(repo, {"results/s/curves.jsonl": CURVES}, "runs")
+    edited = REG.replace("16", "64")
+    _commit(repo, {"results/s/prediction.json": edited,
+                   "results/s/validation.json": _validation(edited)}, "edit and judge")
+    assert check(str(repo), "results/s/validation.json").status == "registered after the runs"
+    _commit(repo, {"results/s/validation.json": _validation('{"never": 1}')}, "judge other")
+    assert check(str(repo), "results/s/validation.json").status == \
+        "registration never committed"
+
+
+def test_a_validation_without_a_recorded_registration_is_unchecked(repo):
+    _commit(repo, {"results/s/curves.jsonl": CURVES,
+                   "results/s/validation.json": json.dumps([{"mu": 2.0}])}, "old judge")
+    assert check(str(repo), "results/s/validation.json").status == "unchecked"
+    assert main(["--root", str(repo)]) == 0
+
+
+def test_a_registration_in_the_same_commit_as_the_runs_shows_no_order(repo):
+    _commit(repo, {"results/s/prediction.json": REG, "results/s/curves.jsonl": CURVES,
+                   "results/s/validation.json": _validation(REG)}, "all at once")
+    assert check(str(repo), "results/s/validation.json").status == "registered with the runs"
+    assert main(["--root", str(repo)]) == 1
