@@ -66,8 +66,9 @@ def check(root: str, validation: str) -> Provenance:
         folder = os.path.dirname(folder)
     curves = os.path.join(folder, "curves.jsonl")
     curves_commit = first_commit_with(root, curves)
-    regs = {json.dumps(r.get("registration") if isinstance(r, dict) else None,
-                       sort_keys=True) for r in records} if isinstance(records, list) else ()
+    if not (isinstance(records, list) and all(isinstance(r, dict) for r in records)):
+        raise ValueError(f"{validation} is not a list of verdict records (judge's output)")
+    regs = {json.dumps(r.get("registration"), sort_keys=True) for r in records}
     reg = json.loads(regs.pop()) if len(regs) == 1 else None
     if not reg or not reg.get("sha256"):
         return Provenance(validation, "", "", curves, curves_commit, "unchecked")
