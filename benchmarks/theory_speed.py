@@ -40,8 +40,14 @@ def main() -> dict:
     rows = {
         "optimal_config (8 GPUs, batch 60)": timed(
             lambda: optimal_config(mu=6.84, rho=0.1, alpha=0.1, gpus=8, batch_size=60), 50),
+        "optimal_config (8 GPUs, batch 60, section 5)": timed(
+            lambda: optimal_config(mu=6.84, rho=0.1, alpha=0.1, gpus=8, batch_size=60,
+                                   reuse=None), 50),
         "optimal_config (sync, batch 32..128)": timed(
-            lambda: optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=(32, 128)), 5),
+            lambda: optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=(32, 128)), 3),
+        "optimal_config (sync, batch 32..128, section 5)": timed(
+            lambda: optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=(32, 128),
+                                   reuse=None), 3),
         "100x100 optimal_design, closed form": timed(lambda: grid("closed_form"), 3),
         "100x100 optimal_design, numeric": timed(lambda: grid("numeric"), 1),
         "100x100 power_law_optimum, vectorised": timed(

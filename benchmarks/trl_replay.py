@@ -1,6 +1,6 @@
 """TRL's own ``trl.GRPOTrainer`` against our ``ReplayGRPOTrainer`` at the calculator's design.
 
-Run: ``python -m benchmarks.trl_replay [--steps 100] [--seeds 3] [--mu 6.84] [--alpha 0.2]``
+Run: ``python -m benchmarks.trl_replay [--steps 100] [--seeds 3] [--mu 6.84] [--alpha 0.05] [--reuse 0.67]``
 (needs the ``trl`` extra). Writes ``benchmarks/results/trl_replay.json``.
 
 Both arms train the cpu_tiny warm-started model (2-digit addition) through ``python -m
@@ -10,7 +10,8 @@ llm_experiments trl``'s path (``integrations.trl_run.run_trl``) with the same GR
 * plain: TRL's ``trl.GRPOTrainer`` itself (``run_trl(plain=True)``; the class unmodified,
   TRL's default handling of old log-probs: none stored, ratio 1), R = B = 64 new rollouts
   per update, each used once;
-* replay: ``ReplayGRPOTrainer`` at ``trl_config(optimal_config(mu, alpha, batch_size=B), G)``
+* replay: ``ReplayGRPOTrainer`` at ``trl_config(optimal_config(mu, alpha, batch_size=B,
+  reuse=c), G)`` (c: the calculator's default self-correlation unless ``--reuse``)
   (R rounded to whole groups of G, N keeping the horizon; theory.md sections 1-3, 5).
 
 Per seed the arms run back to back (seed 0 plain, seed 0 replay, seed 1 plain, ...) so that
@@ -77,7 +78,8 @@ def arm_overrides(arm: str, settings, seed: int) -> list[str]:
         return sets + ["schedule.mode=on_policy"]
     if arm != "replay":
         raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
-    mapped = trl_config(optimal_config(mu=settings.mu, alpha=settings.alpha, batch_size=B), G)
+    mapped = trl_config(optimal_config(mu=settings.mu, alpha=settings.alpha, batch_size=B,
+                                       reuse=settings.reuse), G)
     r = mapped.per_device_train_batch_size
     return sets + ["schedule.mode=sync", f"schedule.replay_ratio={B / r!r}",
                    f"buffer.capacity={mapped.replay.buffer_size}"]
@@ -139,7 +141,11 @@ def parse(argv=None):
     parser.add_argument("--eval-every", type=int, default=10, help="steps between evals")
     parser.add_argument("--target", type=float, default=0.45, help="held-out accuracy target")
     parser.add_argument("--mu", type=float, default=6.84, help="accounting mu (the paper's)")
-    parser.add_argument("--alpha", type=float, default=0.2, help="noise power-law alpha")
+    # alpha 0.2 with the default c is an on-policy design: no replay arm to compare.
+    parser.add_argument("--alpha", type=float, default=0.05, help="noise power-law alpha")
+    parser.add_argument("--reuse", type=float, default=0.67,
+                        help="self-correlation c of the calculator (theory.md section 10.11; "
+                             "0: section 5's model, as trl_replay.json of 2026-12-03 used)")
     parser.add_argument("--lr", type=float, default=1e-4, help="learning rate, both arms")
     parser.add_argument("--cache", default=os.environ.get("LLM_EXPERIMENTS_CACHE", ".cache"),
                         help="warm-start cache folder")

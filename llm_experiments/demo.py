@@ -3,11 +3,13 @@ one of them the first-time warm start).
 
 ``python -m llm_experiments demo --out runs/demo [--mu 6.84]``
 
-1. A calibration run (``cpu_tiny`` with a buffer of 8 steps, gradient-noise probes) measures
-   sigma(s), rho and kappa (``replaytheory.calibrate``); its process first warm-starts the
-   tiny model (cached, ``models.cache_dir``).
+1. A calibration run (``cpu_tiny`` with a buffer of 16 steps and the probes of
+   ``llm_experiments predict``) measures sigma(s), rho, the self-correlation c of one
+   rollout's uses and the share of a gradient the clip keeps (``replaytheory.calibrate``); its
+   process first warm-starts the tiny model (cached, ``models.cache_dir``).
 2. The theory predicts the staleness horizon x* and replay ratio y* for the given mu (default
-   6.84, the paper's Qwen3-0.6B cost ratio; the tiny model's own measured mu is reported too).
+   6.84, the paper's Qwen3-0.6B cost ratio; the tiny model's own measured mu is reported too)
+   with the model variant the probes support (theory.md sections 10.7 and 10.11).
 3. The predicted configuration, on-policy training and two neighbours (half and twice the
    predicted reuse) are trained, two at a time, as a resumable sweep.
 4. ``summary.json`` holds the prediction, the fitted constants and each run's results, and
@@ -40,14 +42,16 @@ from replaytheory.analysis import compute_to_target, mean_over_budget
 from replaytheory.io import write_json
 
 from .cells import kind
+from .predict import calibration_spec
 from .results import compact_sweep, load_runs
 from .sweep import run_sweep
 from .validation import load_probes
 
 BASE = {"run.progress": False, "probe.every": 0}
-CALIBRATION = {"run.steps": 60, "buffer.horizon": 8, "schedule.replay_ratio": 2.0,
-               "probe.every": 10, "probe.fresh_groups": 32, "probe.buffer_groups": 8,
-               "probe.crn_staleness": [1, 4]}
+# One calibration run as ``predict`` makes them (probes every 6 steps, so that a buffer
+# rollout is probed at two uses 6 and 12 steps apart), shorter: its noise table covers
+# staleness up to 15 steps, which bounds the predicted horizon.
+CALIBRATION_STEPS, CALIBRATION_HORIZON = 60, 16.0
 PHASES = ("warm start", "calibration run", "prediction", "training runs")
 TARGET_SHARE = 0.8  # the target accuracy: this share of the way from the warm start to the best
 # summary.json shows floats to 12 significant digits (0.416, not 0.41600000000000004); the
@@ -76,15 +80,19 @@ class DemoRun:
 
 @dataclass(frozen=True)
 class DemoFit:
-    """The fitted constants (theory.md section 4): the noise exponent alpha (and whether the
-    power law fits), the coupling rho in [0, 1] and its form, the bias kappa (None if not
-    measured)."""
+    """The fitted constants (theory.md sections 4 and 10.7): the noise exponent alpha (and
+    whether the power law fits), the coupling rho in [0, 1] and its form, the bias kappa, the
+    self-correlation c in [-1, 1] of one rollout's uses (each None if not measured), and the
+    variant the probes support ("standard" or one of ``replaytheory.reuse.VARIANTS``), which
+    made the prediction."""
 
     alpha: float
     power_law_ok: bool
     rho: float
     rho_form: str
     kappa: float | None
+    reuse_c: float | None = None
+    variant: str = "standard"
 
 
 @dataclass(frozen=True)
@@ -200,10 +208,11 @@ def run_demo(out: str, mu: float = 6.84, steps: int = 150, workers: int = 2,
     base = {**BASE, **(overrides or {})}
     os.makedirs(out, exist_ok=True)
     cal_dir = os.path.join(out, "calibration")
-    with _following(cal_dir, "calibration run", CALIBRATION["run.steps"], 1, progress,
+    with _following(cal_dir, "calibration run", CALIBRATION_STEPS, 1, progress,
                     warm_start=True):
-        counts = run_sweep({"config": "cpu_tiny", "set": {**base, **CALIBRATION}},
-                           cal_dir, workers=1, progress=False)
+        spec = calibration_spec("cpu_tiny", base, CALIBRATION_STEPS, CALIBRATION_HORIZON,
+                                seeds=1)
+        counts = run_sweep(spec, cal_dir, workers=1, progress=False)
     if counts["failed"]:
         raise RuntimeError(f"the calibration run failed: see {cal_dir}/logs")
     with _phase_bar("prediction", 1, progress) as bar:
@@ -266,7 +275,8 @@ def _summarise(runs, cal, design, mu, xy) -> DemoSummary:
             mean_over_budget(comp, acc, budget)))
     n = cal.noise
     fit = DemoFit(n.alpha, n.power_law_ok, cal.coupling.rho, cal.coupling.form,
-                  cal.bias.kappa if cal.bias else None)
+                  cal.bias.kappa if cal.bias else None, cal.reuse.c if cal.reuse else None,
+                  cal.variant_choice.variant if cal.variant_choice else "standard")
     return DemoSummary(mu, cal.mu, target, warm, design.horizon, design.replay_ratio,
                        design.regime, xy[0], xy[1], design.predicted_saving, fit,
                        list(design.notes) + list(cal.notes), rows)
@@ -291,10 +301,10 @@ def verdict_lines(s: DemoSummary) -> list[str]:
     pred = [i for i, r in enumerate(ranked, 1) if r.predicted]
     where = f"ranked {pred[0]} of {len(ranked)} on that window" if pred \
         else "was not run (on-policy chosen)"
-    lines.append(f"The predicted configuration {where}. One seed per run: this shows the "
-                 f"pipeline end to end, not whether the prediction holds (seed noise alone "
-                 f"can reorder these runs); the evidence is the seed-bootstrap sweep in "
-                 f"results/ (README, 'What we found').")
+    lines.append(f"The predicted configuration (model: {s.fit.variant}) {where}. One seed "
+                 f"per run: this shows the pipeline end to end, not whether the prediction "
+                 f"holds (seed noise alone can reorder these runs); the evidence is the "
+                 f"seed-bootstrap sweep in results/ (README, 'What we found').")
     return lines
 
 
@@ -326,7 +336,7 @@ def main(argv=None) -> int:
     print(json.dumps(_shown({"mu": s.mu, "mu_measured": s.mu_measured,
                              "predicted_horizon": s.predicted_horizon,
                              "predicted_replay_ratio": s.predicted_replay_ratio,
-                             "regime": s.regime}), indent=1))
+                             "regime": s.regime, "variant": s.fit.variant}), indent=1))
     print("\n".join(verdict_lines(s)))
     print(f"figure: {os.path.join(a.out, 'demo.png')}\nsummary: "
           f"{os.path.join(a.out, 'summary.json')}")

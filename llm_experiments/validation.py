@@ -111,7 +111,7 @@ def predict(cal, variant: str, mu: float, *, batch_size: int, budget: float,
     noise = cal.noise_model(extrapolate=extrapolate)
     if variant in ("asymptotic", "effective_coupling"):
         coupling = "theory" if variant == "asymptotic" else "effective"
-        d = cal.design(mu, coupling=coupling, extrapolate=extrapolate)
+        d = cal.design(mu, coupling=coupling, variant="standard", extrapolate=extrapolate)
         rho = cal.rho(coupling)
         return Prediction(variant, d.horizon, d.replay_ratio, d.regime == "on-policy",
                           lambda x, y: objective(x, y, mu=mu, rho=rho, noise=noise),

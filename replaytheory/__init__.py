@@ -2,14 +2,16 @@
 
 Implements ``theory.md`` (Arnal et al., ICML 2026): the compute model (section 3), staleness
 noise models and the convergence bound (section 4), the optimal buffer design (section 5) and
-a calculator that turns costs and constraints into a concrete configuration; simulators of the
-asynchronous pipeline (sections 1-2) and of the synchronous replay process (section 4), and
-the calibration of sigma, rho, kappa from probe measurements. numpy + scipy only.
+a calculator that turns costs and constraints into a concrete configuration, with the
+reuse-aware variants of section 10 (by default the self-correlated one, section 10.11);
+simulators of the asynchronous pipeline (sections 1-2) and of the synchronous replay process
+(section 4), and the calibration of sigma, rho, kappa (and section 10's c and f) from probe
+measurements. numpy + scipy only.
 """
 
 from .bound import (BoundConditionError, BoundResult, VarianceTerms, convergence_bound,
                     step_size_limit, variance_terms)
-from .calculator import ReplayRecommendation, design_grid, optimal_config
+from .calculator import DEFAULT_REUSE, ReplayRecommendation, design_grid, optimal_config
 from .calibrate import (Calibration, calibrate, check_decomposition, fit_bias, fit_coupling,
                         fit_noise_model)
 from .compute import (compute_ratio, cost_per_update, estimate_mu, expected_replay_ratio,
@@ -20,15 +22,18 @@ from .design import (Design, FiniteLRDesign, finite_lr_design, finite_lr_objecti
 from .noise import ConstantNoise, NoiseModel, PowerLawNoise, TabulatedNoise, noise_from_dict
 from .pipeline_sim import PipelineResult, simulate_pipeline
 from .replay_sim import ReplayResult, simulate_replay
+from .reuse import ConstantReuse, ExpContribution, TabulatedReuse
 from .sim_quadratic import QuadraticProblem
 from .sim_tabular import TabularProblem
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BoundConditionError", "BoundResult", "Calibration", "ConstantNoise", "Design",
-    "FiniteLRDesign", "NoiseModel", "PipelineResult", "PowerLawNoise", "QuadraticProblem",
-    "ReplayRecommendation", "ReplayResult", "TabularProblem", "TabulatedNoise", "VarianceTerms", "calibrate",
+    "BoundConditionError", "BoundResult", "Calibration", "ConstantNoise", "ConstantReuse",
+    "DEFAULT_REUSE", "Design", "ExpContribution", "FiniteLRDesign", "NoiseModel",
+    "PipelineResult", "PowerLawNoise", "QuadraticProblem", "ReplayRecommendation",
+    "ReplayResult", "TabularProblem", "TabulatedNoise", "TabulatedReuse", "VarianceTerms",
+    "calibrate",
     "check_decomposition", "compute_ratio", "convergence_bound", "cost_per_update",
     "design_grid", "estimate_mu", "expected_replay_ratio", "finite_lr_design",
     "finite_lr_objective", "fit_bias", "fit_coupling", "fit_noise_model", "gamma_table",

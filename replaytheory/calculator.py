@@ -18,6 +18,11 @@ V/V_on the variance ratio per update).
 A measured noise table (``TabulatedNoise``) bounds the horizons searched: x = N/R stays within
 the measured staleness (section 4) unless the table was built with ``extrapolate="hold_last"``,
 as ``optimal_design`` does; the recommendation records the bound and its explanation says it.
+
+The objective is the reuse-aware one of section 10 (``reuse.objective``) with the
+self-correlation c of one rollout's uses at ``DEFAULT_REUSE`` unless told otherwise: section
+10.11 says why (the variant beat section 5's model on both held-out settings);
+``reuse=None`` gives section 5's model.
 """
 
 from __future__ import annotations
@@ -29,8 +34,20 @@ import numpy as np
 
 from . import checks as v
 from .compute import mu_from_costs
-from .design import ON_POLICY, REPLAY, Design, objective, optimal_design, optimal_horizon
+from .design import (ON_POLICY, REPLAY, Design, _minimise_over_horizon, objective,
+                     optimal_design, optimal_horizon)
 from .noise import NoiseModel, PowerLawNoise, TabulatedNoise
+from .reuse import (ConstantReuse, ReuseDesign, TabulatedReuse, _check_contribution,
+                    variant_name)
+from .reuse import objective as reuse_objective
+from .reuse import optimal_design as reuse_optimal_design
+
+# c of section 10.2, fitted from the probes of our three settings: 0.671 [0.614, 0.712]
+# (cpu_tiny), 0.622 [0.556, 0.686] (heldout_digits3), 0.769 [0.719, 0.809] (heldout_wide);
+# the default is their median, for users who have not measured their own (section 10.11).
+DEFAULT_REUSE = ConstantReuse(0.67)
+# Most buffer sizes scanned exhaustively per (y, R) under a section 10 objective.
+_MAX_SCANNED = 200_000
 
 
 @dataclass(frozen=True)
@@ -54,7 +71,10 @@ class ReplayRecommendation:
             extrapolated.
         measured_horizon: longest horizon (steps) the noise measurements cover (largest
             measured staleness + 1); None for a parametric noise model.
-        explanation: a short human summary. design: the continuous optimum. notes: caveats.
+        variant: the objective's model, "standard" (section 5) or one of
+            ``reuse.VARIANTS`` (section 10). explanation: a short human summary. design: the
+            continuous optimum (``Design``, or ``ReuseDesign`` for a section 10 variant).
+        notes: caveats.
     """
 
     buffer_size: int
@@ -73,8 +93,9 @@ class ReplayRecommendation:
     steps: float | None
     horizon_limit: float
     measured_horizon: float | None
+    variant: str
     explanation: str
-    design: Design
+    design: Design | ReuseDesign
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -112,6 +133,13 @@ class _Request:
     buffer_cap: float  # max_buffer_size, inf if none
     max_buffer_size: int | None
     max_horizon: float
+    reuse: ConstantReuse | TabulatedReuse | None = None
+    contribution: object = None  # reuse.ExpContribution or None
+
+    @property
+    def standard(self) -> bool:
+        """No section 10 term: section 5's objective."""
+        return self.reuse is None and self.contribution is None
 
     @property
     def table_limit(self) -> float:
@@ -181,6 +209,18 @@ def _resolve_mu(mu, generation_cost, train_cost) -> float:
     return v.positive("mu", mu)
 
 
+def _resolve_reuse(reuse):
+    """A reuse model from itself or from a constant c in [0, 1]; c = 0 is section 5's model
+    (section 10.3 reduces to it), returned as None."""
+    if reuse is None or isinstance(reuse, (ConstantReuse, TabulatedReuse)):
+        return reuse
+    if isinstance(reuse, bool) or not isinstance(reuse, (int, float)):
+        raise ValueError(f"reuse must be None, a correlation c in [0, 1], a ConstantReuse or "
+                         f"a TabulatedReuse, got {type(reuse).__name__}")
+    c = v.unit_interval("reuse", reuse)
+    return None if c == 0 else ConstantReuse(c)
+
+
 def _resolve_noise(noise, alpha, tau) -> NoiseModel:
     if noise is None:
         if alpha is None:
@@ -228,17 +268,36 @@ class _Scorer:
         self.req, self.design, self.average = req, design, design.average
         self._horizons: dict[float, float] = {}
 
-    def score(self, x: float, y: float) -> float:
+    def score(self, x, y):
+        """J(x, y): section 5's, or section 10's with the request's reuse terms."""
         r = self.req
-        return float(objective(x, y, mu=r.mu, rho=r.rho, noise=r.noise, average=self.average))
+        if r.standard:
+            return objective(x, y, mu=r.mu, rho=r.rho, noise=r.noise, average=self.average)
+        return reuse_objective(x, y, mu=r.mu, rho=r.rho, noise=r.noise, reuse=r.reuse,
+                               contribution=r.contribution, average=self.average)
 
     def horizon_at(self, y: float) -> float:
         """Best x for this replay ratio (the split or R fixes y), capped by the horizon limit."""
         if y not in self._horizons:
             r, limit = self.req, self.req.horizon_limit
-            self._horizons[y] = min(optimal_horizon(y, mu=r.mu, rho=r.rho, noise=r.noise,
-                                                    average=self.average, x_max=limit), limit)
+            if r.standard:
+                x = optimal_horizon(y, mu=r.mu, rho=r.rho, noise=r.noise,
+                                    average=self.average, x_max=limit)
+            else:
+                x = _minimise_over_horizon(lambda u: np.log(self.score(np.exp(u), y)), limit)
+            self._horizons[y] = min(x, limit)
         return self._horizons[y]
+
+    def buffer_sizes(self, y: float, r: float, lo: int, hi: float, step: int = 1) -> set[int]:
+        """Buffer sizes N (multiples of ``step`` in [lo, hi]) worth scoring at this y and R:
+        those nearest the best horizon, the smallest, and, for a section 10 objective, the
+        best of the whole range, since a c(g) table makes J piecewise in x (not unimodal)."""
+        out = _near_ints(self.horizon_at(y) * r, lo, hi, step) | {lo}
+        if not self.req.standard and (hi - lo) / step <= _MAX_SCANNED:
+            ns = np.arange(lo, math.floor(hi) + 1, step)
+            if ns.size:
+                out.add(int(ns[np.argmin(self.score(ns / r, y))]))
+        return out
 
 
 def _candidates_sync(req: _Request, scorer: _Scorer) -> list[_Candidate]:
@@ -252,9 +311,9 @@ def _candidates_sync(req: _Request, scorer: _Scorer) -> list[_Candidate]:
             n_hi = min(req.buffer_cap, limit * r)
             if n_lo > req.buffer_cap:
                 continue
-            for n in _near_ints(scorer.horizon_at(b / r) * r, n_lo, max(n_hi, n_lo)) | {n_lo}:
-                out.append(_Candidate(scorer.score(n / r, b / r), n, b, float(r), None, None,
-                                      1 + req.mu * r / b))
+            for n in scorer.buffer_sizes(b / r, r, n_lo, max(n_hi, n_lo)):
+                out.append(_Candidate(float(scorer.score(n / r, b / r)), n, b, float(r),
+                                      None, None, 1 + req.mu * r / b))
     return out
 
 
@@ -275,8 +334,8 @@ def _candidates_async(req: _Request, scorer: _Scorer) -> list[_Candidate]:
             if n_lo > req.buffer_cap:
                 continue
             n_hi = max(min(req.buffer_cap, limit * r), n_lo)
-            for n in _near_ints(scorer.horizon_at(y) * r, n_lo, n_hi, step) | {n_lo}:
-                out.append(_Candidate(scorer.score(n / r, y), n, b, r, w, t, 1 + w / t))
+            for n in scorer.buffer_sizes(y, r, n_lo, n_hi, step):
+                out.append(_Candidate(float(scorer.score(n / r, y)), n, b, r, w, t, 1 + w / t))
     return out
 
 
@@ -326,6 +385,7 @@ def _recommendation(req: _Request, design: Design, notes: list[str],
     measured = req.noise.measured_horizon if isinstance(req.noise, TabulatedNoise) else None
     return ReplayRecommendation(**outcome, mu=req.mu, rho=req.rho,
                                 horizon_limit=req.horizon_limit, measured_horizon=measured,
+                                variant=variant_name(req.reuse, req.contribution),
                                 explanation="", design=design, notes=tuple(notes))
 
 
@@ -371,9 +431,10 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
                    gpus: int | None = None, trainers: int | None = None, batch_size=60,
                    divisible_by_trainers: bool = True, budget: float | None = None,
                    min_steps: int | None = None, max_buffer_size: int | None = None,
-                   max_horizon: float = 1000.0,
-                   average: str | None = None) -> ReplayRecommendation:
-    """The replay configuration the theory recommends for your costs and noise (section 5).
+                   max_horizon: float = 1000.0, average: str | None = None,
+                   reuse=DEFAULT_REUSE, contribution=None) -> ReplayRecommendation:
+    """The replay configuration the theory recommends for your costs and noise (sections 5
+    and 10).
 
     Args:
         mu: generation cost of one batch over one trainer update, in (0, inf); or give
@@ -392,10 +453,18 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
         max_buffer_size: largest N allowed (integer >= the smallest batch), e.g. memory.
         max_horizon: largest x = N/R considered, in steps (> 1); caps unbounded optima.
         average: sigma_bar^2 average ("discrete"/"continuous"), the model's default if None.
+        reuse: the self-correlation of one rollout's noise at two uses (section 10.2): a
+            constant c in [0, 1], a ``reuse.ConstantReuse`` or ``reuse.TabulatedReuse``, or
+            None (or 0) for section 5's model, which treats every use as a fresh noise draw.
+            The default, ``DEFAULT_REUSE`` (c = 0.67), is the median c measured on our three
+            settings; measure yours (``calibrate``, ``llm_experiments predict``) when you can.
+        contribution: a ``reuse.ExpContribution`` (section 10.4: the share of a stale or
+            reused sample's gradient the clip keeps), or None (no default: its measured
+            per-use constant changed sign between our settings, section 10.11).
 
     Returns:
         A frozen ``ReplayRecommendation``. On-policy (N = B, each rollout used once) is a
-        first-class answer.
+        first-class answer; its ``variant`` names the objective's model.
     Raises:
         ValueError: an argument outside its range (the message names it), or no
             configuration satisfies the constraints.
@@ -412,8 +481,13 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
                    divisible_by_trainers=divisible_by_trainers, budget=budget,
                    min_steps=min_steps, max_buffer_size=max_buffer_size,
                    buffer_cap=math.inf if max_buffer_size is None else max_buffer_size,
-                   max_horizon=max_horizon)
-    design = optimal_design(mu, rho, noise, average=average)
+                   max_horizon=max_horizon, reuse=_resolve_reuse(reuse),
+                   contribution=_check_contribution(contribution))
+    if req.standard:
+        design = optimal_design(mu, rho, noise, average=average)
+    else:
+        design = reuse_optimal_design(mu, rho, noise, reuse=req.reuse,
+                                      contribution=req.contribution, average=average)
     scorer = _Scorer(req, design)
     candidates = (_candidates_sync if gpus is None else _candidates_async)(req, scorer)
     notes = list(design.notes)
@@ -423,7 +497,7 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
         rec = _on_policy(req, design, notes)
     else:
         rec = _replay(req, design, best, notes)
-    return replace(rec, explanation=_explain(rec, noise, gpus))
+    return replace(rec, explanation=_explain(rec, req))
 
 
 def _describe_noise(noise) -> str:
@@ -457,9 +531,30 @@ def _explain_range(rec: ReplayRecommendation, noise) -> str:
             f"recommended horizon of {rec.horizon:.3g} steps is {where} the measured range.")
 
 
-def _explain(rec: ReplayRecommendation, noise, gpus) -> str:
+def _describe_model(req: _Request) -> str:
+    """Which objective scored the candidates, and where its constants came from."""
+    if req.standard:
+        return (" Model: section 5's, every use of a rollout a fresh noise draw (reuse=None; "
+                "the default c = 0.67 of section 10 predicted our held-out optima better).")
+    terms = []
+    if req.reuse is not None:
+        c = req.reuse.to_dict()
+        c_text = f"c = {c['c']:.3g}" if "c" in c else "a measured c(g) table"
+        source = (" (the default: the median measured on our three settings; measure yours)"
+                  if req.reuse == DEFAULT_REUSE else "")
+        terms.append(f"one rollout's uses self-correlated, {c_text}{source}")
+    if req.contribution is not None:
+        f = req.contribution
+        terms.append(f"a sample used u times before at staleness s keeps exp(-{f.per_use:.3g} u"
+                     f" - {f.per_step:.3g} s) of its gradient")
+    return (f" Model: {variant_name(req.reuse, req.contribution)} (section 10): "
+            f"{'; '.join(terms)}.")
+
+
+def _explain(rec: ReplayRecommendation, req: _Request) -> str:
+    noise, gpus = req.noise, req.gpus
     head = (f"Generating a batch costs mu = {rec.mu:.3g} trainer updates; "
-            f"{_describe_noise(noise)}, coupling rho = {rec.rho:g}.")
+            f"{_describe_noise(noise)}, coupling rho = {rec.rho:g}.{_describe_model(req)}")
     split = ""
     if rec.workers is not None:
         split = (f" Split the {gpus} GPUs into {rec.workers} worker{'s' * (rec.workers > 1)} "

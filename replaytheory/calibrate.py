@@ -39,7 +39,6 @@ from .noise import EXTRAPOLATIONS, PowerLawNoise, TabulatedNoise
 from .probes import ProbeSet
 from .reuse import STANDARD, ConstantReuse, ExpContribution, TabulatedReuse, variant_name
 from .reuse import VARIANTS as REUSE_VARIANTS
-from .reuse import optimal_config as reuse_optimal_config
 from .reuse import optimal_design as reuse_optimal_design
 
 CI_LEVEL = 0.95
@@ -893,10 +892,11 @@ class Calibration:
                 self.contribution.model if want_f else None)
 
     def design(self, mu: float | None = None, *, coupling: str = "theory",
-               noise: str = "auto", variant: str = STANDARD, extrapolate: str = "none",
+               noise: str = "auto", variant: str = "supported", extrapolate: str = "none",
                **kwargs):
         """The optimum with the fitted constants: ``design.optimal_design`` (section 5) for
-        variant "standard", ``reuse.optimal_design`` (section 10) otherwise; ``noise`` and
+        variant "standard", ``reuse.optimal_design`` (section 10) otherwise; ``variant``
+        defaults to the one the probes support (section 10.11); ``noise`` and
         ``extrapolate`` as in ``noise_model``."""
         reuse_model, contribution = self.reuse_terms(variant)
         sigma = self.noise_model(noise, extrapolate)
@@ -906,18 +906,16 @@ class Calibration:
                                     reuse=reuse_model, contribution=contribution, **kwargs)
 
     def optimal_config(self, mu: float | None = None, *, coupling: str = "theory",
-                       noise: str = "auto", variant: str = STANDARD,
+                       noise: str = "auto", variant: str = "supported",
                        extrapolate: str = "none", **kwargs):
-        """Integers for the optimum: ``calculator.optimal_config`` (integers, GPU split) for
-        variant "standard", ``reuse.optimal_config`` (synchronous) otherwise; ``noise`` and
-        ``extrapolate`` as in ``noise_model``."""
+        """Integers and a GPU split for the optimum (``calculator.optimal_config``) with the
+        fitted constants and the variant's fitted terms: by default those the probes support
+        (section 10.11), named in the recommendation's ``variant`` and ``explanation``;
+        ``noise`` and ``extrapolate`` as in ``noise_model``."""
         reuse_model, contribution = self.reuse_terms(variant)
-        sigma = self.noise_model(noise, extrapolate)
-        if reuse_model is None and contribution is None:
-            return _optimal_config(mu=self._mu(mu), rho=self.rho(coupling), noise=sigma,
-                                   **kwargs)
-        return reuse_optimal_config(self._mu(mu), self.rho(coupling), sigma,
-                                    reuse=reuse_model, contribution=contribution, **kwargs)
+        return _optimal_config(mu=self._mu(mu), rho=self.rho(coupling),
+                               noise=self.noise_model(noise, extrapolate), reuse=reuse_model,
+                               contribution=contribution, **kwargs)
 
     def finite_lr_design(self, mu: float | None = None, *, batch_size: int,
                          smoothness: float, f0: float, budget: float,

@@ -11,7 +11,7 @@ import json
 import math
 import sys
 
-from .calculator import optimal_config
+from .calculator import DEFAULT_REUSE, optimal_config
 from .compute import PAPER_GAMMA_TABLES, PAPER_SPLITS, gamma_table
 from .design import optimal_design
 from .noise import EXTRAPOLATIONS, PowerLawNoise, TabulatedNoise
@@ -125,11 +125,12 @@ def _cmd_optimal(args) -> int:
     cfg = optimal_config(mu=_mu(args), rho=args.rho, noise=_noise(args), gpus=args.gpus,
                          trainers=args.trainers, batch_size=batch, budget=args.budget,
                          min_steps=args.min_steps, max_buffer_size=args.max_buffer_size,
-                         max_horizon=args.max_horizon, average=args.average)
+                         max_horizon=args.max_horizon, average=args.average,
+                         reuse=args.reuse)
     if args.json:
         print(json.dumps(cfg.to_dict(), indent=2, default=str))
         return 0
-    rows = [("regime", cfg.regime), ("buffer_size N", cfg.buffer_size),
+    rows = [("model", cfg.variant), ("regime", cfg.regime), ("buffer_size N", cfg.buffer_size),
             ("batch_size B", cfg.batch_size), ("rollouts_per_step R", cfg.rollouts_per_step),
             ("workers W", cfg.workers), ("trainers T", cfg.trainers),
             ("horizon x = N/R (steps)", cfg.horizon), ("replay_ratio y = B/R", cfg.replay_ratio),
@@ -226,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--max-buffer-size", type=int, help="largest buffer allowed (rollouts)")
     o.add_argument("--max-horizon", type=float, default=1000.0,
                    help="largest staleness horizon N/R in steps (default 1000)")
+    o.add_argument("--reuse", type=float, default=DEFAULT_REUSE.c, metavar="C",
+                   help="self-correlation c in [0, 1] of one rollout's uses (theory.md section "
+                        f"10.2; default {DEFAULT_REUSE.c:g}, the median measured on our "
+                        "settings; 0 gives section 5's model)")
     o.add_argument("--json", action="store_true", help="print JSON")
     o.set_defaults(func=_cmd_optimal)
 

@@ -22,8 +22,9 @@ constant is zero:
   minimised numerically over (x, y).
 
 ``VARIANTS`` names them: "self_correlated" (c only), "clipping" (f only) and "reuse_clipping"
-(both). ``objective``, ``optimal_design`` and ``optimal_config`` mirror ``design`` and
-``calculator``; ``calibrate.Calibration.design(mu, variant=...)`` uses the fitted constants.
+(both). ``objective`` and ``optimal_design`` mirror ``design``; ``calculator.optimal_config``
+takes the terms (``reuse=``, ``contribution=``) to give integers and a GPU split;
+``calibrate.Calibration.design(mu, variant=...)`` uses the fitted constants.
 """
 
 from __future__ import annotations
@@ -441,67 +442,6 @@ def optimal_design(mu: float, rho: float, noise, *, reuse=None, contribution=Non
         regime=regime, notes=tuple(notes))
 
 
-@dataclass(frozen=True)
-class ReuseConfig:
-    """An integer synchronous configuration for a reuse-aware design (section 10.6).
-
-    Attributes: buffer_size N, batch_size B, rollouts_per_step R (integers), horizon x = N/R,
-    replay_ratio y = B/R, objective J(x, y), predicted_saving 1 - J/J(1, 1) (0 on-policy),
-    regime, design (the continuous optimum), notes.
-    """
-
-    buffer_size: int
-    batch_size: int
-    rollouts_per_step: int
-    horizon: float
-    replay_ratio: float
-    objective: float
-    predicted_saving: float
-    regime: str
-    design: ReuseDesign
-    notes: tuple[str, ...] = ()
-
-
-def optimal_config(mu: float, rho: float, noise, *, reuse=None, contribution=None,
-                   batch_size: int = 60, max_horizon: float = 1000.0,
-                   average: str | None = None) -> ReuseConfig:
-    """Integer (N, B, R) near the reuse-aware optimum, scored by the exact J (section 10.6).
-
-    Synchronous only (R new rollouts per update): candidates R within 3 of B/y*, N within 3
-    of x(y) R with x(y) the best horizon at y = B/R (as section 5.9; B <= N, x <= min(
-    max_horizon, the noise table's horizon)), and on-policy (N = B = R); the lowest J wins. Args as ``optimal_design``; batch_size: B >= 1;
-    max_horizon: > 1 step, caps unbounded optima.
-    """
-    b = v.integer("batch_size", batch_size, 1)
-    max_horizon = v.real("max_horizon", max_horizon, 1.0, math.inf, lo_open=True)
-    d = optimal_design(mu, rho, noise, reuse=reuse, contribution=contribution, average=average)
-    limit = min(max_horizon, float(getattr(noise, "max_horizon", math.inf)))
-
-    def score(n, r):
-        return float(objective(n / r, b / r, mu=d.mu, rho=d.rho, noise=noise, reuse=reuse,
-                               contribution=contribution, average=d.average))
-
-    best = (score(b, b), b, b)
-    if d.regime == REPLAY:
-        r0 = b / d.replay_ratio if d.replay_ratio > 0 else b
-        for r in {max(1, int(math.floor(r0)) + k) for k in range(-2, 4)}:
-            y = b / r
-            x_y = _minimise_over_horizon(lambda u, y=y: np.log(objective(
-                np.exp(u), y, mu=d.mu, rho=d.rho, noise=noise, reuse=reuse,
-                contribution=contribution, average=d.average)), limit)
-            x_target = min(x_y, limit) * r
-            for n in {int(math.floor(x_target)) + k for k in range(-2, 4)} | {max(b, r)}:
-                if n < max(b, r) or n / r > limit:
-                    continue
-                best = min(best, (score(n, r), n, r))
-    j, n, r = best
-    on = n == b and r == b
-    return ReuseConfig(buffer_size=n, batch_size=b, rollouts_per_step=r, horizon=n / r,
-                       replay_ratio=b / r, objective=j,
-                       predicted_saving=0.0 if on else 1 - j / score(b, b),
-                       regime=ON_POLICY if on else REPLAY, design=d, notes=d.notes)
-
-
 __all__ = ["VARIANTS", "STANDARD", "ConstantReuse", "TabulatedReuse", "ExpContribution",
-           "ReuseDesign", "ReuseConfig", "objective", "optimal_replay_ratio",
-           "power_law_reuse_optimum", "optimal_design", "optimal_config", "variant_name"]
+           "ReuseDesign", "objective", "optimal_replay_ratio",
+           "power_law_reuse_optimum", "optimal_design", "variant_name"]

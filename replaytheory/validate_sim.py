@@ -37,6 +37,7 @@ from .io import write_json
 from .pipeline_sim import simulate_pipeline
 from .probes import ProbeSet
 from .replay_sim import simulate_replay
+from .reuse import STANDARD
 from .reuse import VARIANTS as REUSE_DESIGNS
 from .sim_quadratic import QuadraticProblem
 from .sim_records import (FiniteEtaDetail, FitSummary, GridResult, PipelineRun, Prediction,
@@ -335,7 +336,7 @@ def predict_reuse(spec: VariantSpec, cal: Calibration, mu: float) -> tuple[Predi
         x, y = dsg.horizon, dsg.replay_ratio
         if spec.granularity == 1:
             cfg = cal.optimal_config(mu, variant=design, batch_size=b, max_horizon=x_max)
-            cell = (cfg.buffer_size, cfg.batch_size, cfg.rollouts_per_step)
+            cell = (cfg.buffer_size, cfg.batch_size, int(round(cfg.rollouts_per_step)))
         else:
             cell = _snap(spec, x, y)
         out.append(Prediction(design, (float(x), float(y)), cell, "; ".join(dsg.notes)))
@@ -353,10 +354,11 @@ def predict(spec: VariantSpec, cal: Calibration, mu: float) -> tuple[Prediction,
             out.append(_predict_finite_eta(spec, cal, mu))
             continue
         coupling = "theory" if design == "asymptotic" else "effective"
-        dsg = cal.design(mu, coupling=coupling)
+        dsg = cal.design(mu, coupling=coupling, variant=STANDARD)
         x, y = dsg.horizon, dsg.replay_ratio
         if spec.granularity == 1:
-            cfg = cal.optimal_config(mu, coupling=coupling, batch_size=b, max_horizon=x_max)
+            cfg = cal.optimal_config(mu, coupling=coupling, variant=STANDARD, batch_size=b,
+                                     max_horizon=x_max)
             cell = (cfg.buffer_size, cfg.batch_size, int(round(cfg.rollouts_per_step)))
         else:
             cell = _snap(spec, x, y)

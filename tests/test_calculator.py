@@ -7,14 +7,27 @@ from hypothesis import given, settings, strategies as st
 
 import replaytheory
 from replaytheory import (PowerLawNoise, ReplayRecommendation, TabulatedNoise, compute_ratio,
-                          design_grid, objective, optimal_config, optimal_design)
+                          design_grid, optimal_config, optimal_design)
+from replaytheory import reuse as ru
+from replaytheory.calculator import DEFAULT_REUSE
 
 # The tracker's example: noise measured at staleness 1-8, still growing slowly at the end.
 MEASURED_1_TO_8 = TabulatedNoise(np.arange(1, 9), [1.0, 1.1, 1.2, 1.25, 1.3, 1.35, 1.4, 1.42])
 
 
-def j_of(cfg, noise):
-    return float(objective(cfg.horizon, cfg.replay_ratio, mu=cfg.mu, rho=cfg.rho, noise=noise))
+# The reuse terms the brute-force checks run under: section 5's model, the calculator's
+# default c, and a c(g) table falling with the gap.
+REUSES = [None, DEFAULT_REUSE, ru.TabulatedReuse((1, 2, 4, 8), (0.8, 0.6, 0.4, 0.3))]
+
+
+def objective(x, y, *, mu, rho, noise, reuse=None, contribution=None):
+    return ru.objective(x, y, mu=mu, rho=rho, noise=noise, reuse=reuse,
+                        contribution=contribution)
+
+
+def j_of(cfg, noise, reuse=None, contribution=None):
+    return float(objective(cfg.horizon, cfg.replay_ratio, mu=cfg.mu, rho=cfg.rho, noise=noise,
+                           reuse=reuse, contribution=contribution))
 
 
 def test_api_example():
@@ -38,12 +51,13 @@ def test_api_example():
         assert key in d
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("reuse", REUSES, ids=["standard", "default_c", "table_c"])
+@settings(max_examples=25, deadline=None)
 @given(mu=st.floats(0.5, 30), rho=st.floats(0.01, 1), alpha=st.floats(0.01, 0.45),
        gpus=st.integers(2, 16), batch=st.sampled_from([16, 32, 60, 64, 128]))
-def test_async_config_is_best_over_a_brute_force_search(mu, rho, alpha, gpus, batch):
+def test_async_config_is_best_over_a_brute_force_search(reuse, mu, rho, alpha, gpus, batch):
     noise = PowerLawNoise(alpha)
-    cfg = optimal_config(mu=mu, rho=rho, noise=noise, gpus=gpus, batch_size=batch)
+    cfg = optimal_config(mu=mu, rho=rho, noise=noise, gpus=gpus, batch_size=batch, reuse=reuse)
     assert cfg.workers + cfg.trainers == gpus
     if cfg.on_policy:
         assert cfg.buffer_size == cfg.batch_size and cfg.replay_ratio == 1.0
@@ -57,15 +71,59 @@ def test_async_config_is_best_over_a_brute_force_search(mu, rho, alpha, gpus, ba
         ns = np.arange(-(-batch // t) * t, int(1000 * r) + t + 1, t)
         ns = ns[ns / r <= 1000]
         if ns.size:
-            best = min(best, float(objective(ns / r, y, mu=mu, rho=rho, noise=noise).min()))
-    j_on = float(objective(1.0, 1.0, mu=mu, rho=rho, noise=noise))
+            best = min(best, float(objective(ns / r, y, mu=mu, rho=rho, noise=noise,
+                                             reuse=reuse).min()))
+    j_on = float(objective(1.0, 1.0, mu=mu, rho=rho, noise=noise, reuse=reuse))
     if not cfg.on_policy:
-        assert j_of(cfg, noise) <= best * (1 + 1e-9)
-        assert j_of(cfg, noise) < j_on
+        assert j_of(cfg, noise, reuse) <= best * (1 + 1e-9)
+        assert j_of(cfg, noise, reuse) < j_on
+
+
+@pytest.mark.parametrize("reuse,contribution", [
+    (None, None), (DEFAULT_REUSE, None), (ru.ConstantReuse(0.3), ru.ExpContribution(0.05, 0.01))])
+@pytest.mark.parametrize("mu,alpha", [(2.0, 0.05), (6.84, 0.1), (20.0, 0.02)])
+def test_sync_config_is_best_over_a_brute_force_search(reuse, contribution, mu, alpha):
+    noise, b = PowerLawNoise(alpha), 64
+    cfg = optimal_config(mu=mu, rho=0.05, noise=noise, batch_size=b, max_horizon=100,
+                         reuse=reuse, contribution=contribution)
+    best = min(float(objective(np.arange(max(b, r), 100 * r + 1) / r, b / r, mu=mu, rho=0.05,
+                               noise=noise, reuse=reuse, contribution=contribution).min())
+               for r in range(1, b + 1))
+    # Candidates lie near the continuous optimum, so allow a sliver of integer slack.
+    assert j_of(cfg, noise, reuse, contribution) <= best * (1 + 2e-3)
+    assert cfg.variant == ru.variant_name(reuse, contribution)
+
+
+def test_the_default_model_is_the_self_correlated_variant_and_says_so():
+    cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.05, batch_size=64)
+    assert cfg.variant == "self_correlated" and cfg.design.reuse == {"model": "constant",
+                                                                    "c": 0.67}
+    assert "Model: self_correlated (section 10)" in cfg.explanation
+    assert "c = 0.67 (the default" in cfg.explanation
+    standard = optimal_config(mu=6.84, rho=0.1, alpha=0.05, batch_size=64, reuse=None)
+    assert standard.variant == "standard" and "Model: section 5's" in standard.explanation
+    # c = 0 is section 5's model (section 10.3 reduces to it), and a ConstantReuse(0) term
+    # gives the same integers.
+    assert optimal_config(mu=6.84, rho=0.1, alpha=0.05, batch_size=64, reuse=0).to_dict() \
+        == standard.to_dict()
+    zero = optimal_config(mu=6.84, rho=0.1, alpha=0.05, batch_size=64,
+                          reuse=ru.ConstantReuse(0.0))
+    assert (zero.buffer_size, zero.rollouts_per_step) == (standard.buffer_size,
+                                                         standard.rollouts_per_step)
+    # Self-correlation charges reuse: less of it than section 5's model.
+    assert cfg.replay_ratio < standard.replay_ratio
+
+
+@pytest.mark.parametrize("reuse", [1.5, -0.1, "0.5", True])
+def test_bad_reuse_names_the_parameter(reuse):
+    with pytest.raises(ValueError, match="reuse"):
+        optimal_config(mu=6.84, rho=0.1, alpha=0.1, reuse=reuse)
+    with pytest.raises(ValueError, match="contribution"):
+        optimal_config(mu=6.84, rho=0.1, alpha=0.1, contribution=0.5)
 
 
 def test_sync_config_integers_near_continuous_optimum():
-    cfg = optimal_config(mu=5.28, rho=0.1, alpha=0.2, batch_size=64)
+    cfg = optimal_config(mu=5.28, rho=0.1, alpha=0.2, batch_size=64, reuse=None)
     assert cfg.workers is None and cfg.trainers is None
     assert float(cfg.rollouts_per_step).is_integer()
     assert cfg.horizon == pytest.approx(cfg.design.horizon, rel=0.1)
@@ -98,7 +156,7 @@ def test_batch_range_and_divisibility():
 
 def test_fixed_trainers_and_max_buffer():
     cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.1, gpus=8, trainers=2, batch_size=60,
-                         max_buffer_size=120)
+                         max_buffer_size=120, reuse=None)
     assert (cfg.workers, cfg.trainers) == (6, 2)
     assert cfg.buffer_size <= 120
     assert any("max_buffer_size" in n for n in cfg.notes)
@@ -191,7 +249,7 @@ def test_horizon_stays_within_the_noise_table(staleness, values, mu, rho, gpus, 
 
 
 def test_config_and_design_agree_on_a_table():
-    cfg = optimal_config(mu=6.84, rho=0.1, noise=MEASURED_1_TO_8, batch_size=60)
+    cfg = optimal_config(mu=6.84, rho=0.1, noise=MEASURED_1_TO_8, batch_size=60, reuse=None)
     design = optimal_design(6.84, 0.1, MEASURED_1_TO_8)
     assert design.horizon == pytest.approx(9.0)
     assert cfg.horizon == pytest.approx(design.horizon, rel=0.15) and cfg.horizon <= 9.0
@@ -216,7 +274,8 @@ def test_a_horizon_at_the_tables_edge_is_reported_as_a_lower_bound():
 def test_extrapolation_is_explicit_and_says_how():
     held = TabulatedNoise(MEASURED_1_TO_8.staleness, MEASURED_1_TO_8.sigma2_values,
                           extrapolate="hold_last")
-    cfg = optimal_config(mu=6.84, rho=0.1, noise=held, batch_size=60, max_horizon=200)
+    cfg = optimal_config(mu=6.84, rho=0.1, noise=held, batch_size=60, max_horizon=200,
+                         reuse=None)
     assert cfg.horizon > held.measured_horizon and cfg.horizon_limit == 200.0
     assert cfg.measured_horizon == 9.0
     assert "extrapolated by holding sigma^2 at its last measured value (1.42)" \

@@ -85,7 +85,10 @@ def test_calibration_predicts_through_the_calculator(quad_probes):
     cal = calibrate(quad_probes, mu=6.84)
     assert isinstance(cal, Calibration) and cal.mu == 6.84 and cal.mu_source == "argument"
     cfg = cal.optimal_config(batch_size=60)
-    direct = optimal_config(mu=6.84, rho=cal.coupling.rho, noise=cal.noise.model, batch_size=60)
+    # No reuse table, so the supported variant is section 5's: not the calculator's default c.
+    assert cfg.variant == "standard" and "Model: section 5's" in cfg.explanation
+    direct = optimal_config(mu=6.84, rho=cal.coupling.rho, noise=cal.noise.model, batch_size=60,
+                            reuse=None)
     assert (cfg.buffer_size, cfg.rollouts_per_step) == (direct.buffer_size,
                                                         direct.rollouts_per_step)
     eff = cal.design(coupling="effective")

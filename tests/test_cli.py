@@ -101,7 +101,8 @@ def test_noise_table_stays_in_range_unless_extrapolated(tmp_path, capsys):
     table = tmp_path / "t.csv"
     table.write_text("staleness,sigma2\n" + "".join(
         f"{s},{v}\n" for s, v in zip(range(1, 9), [1.0, 1.1, 1.2, 1.25, 1.3, 1.35, 1.4, 1.42])))
-    base = ["optimal", "--mu", "6.84", "--rho", "0.1", "--noise-table", str(table), "--json"]
+    base = ["optimal", "--mu", "6.84", "--rho", "0.1", "--noise-table", str(table), "--json",
+            "--reuse", "0"]
     assert main(base) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["horizon"] <= 9.0 and d["horizon_limit"] == d["measured_horizon"] == 9.0

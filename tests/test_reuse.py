@@ -154,17 +154,6 @@ def test_self_correlation_lowers_the_replay_ratio():
     assert all(a > b for a, b in zip(y, y[1:]))
 
 
-def test_optimal_config_is_the_best_integer_near_the_optimum():
-    noise = PowerLawNoise(alpha=0.1)
-    reuse = ru.ConstantReuse(0.3)
-    cfg = ru.optimal_config(6.84, 0.05, noise, reuse=reuse, batch_size=64, max_horizon=100)
-    j = cfg.objective
-    for r in range(1, 65):
-        for n in range(max(64, r), int(100 * r) + 1, max(1, r // 4)):
-            assert ru.objective(n / r, 64 / r, mu=6.84, rho=0.05, noise=noise,
-                                reuse=reuse) >= j * (1 - 2e-3)
-
-
 def test_bad_arguments_name_the_parameter():
     with pytest.raises(ValueError, match="c"):
         ru.ConstantReuse(1.5)
@@ -273,12 +262,3 @@ def test_tabular_simulator_writes_reuse_tables_and_calibrate_uses_them():
     assert d.variant == "self_correlated" and d.replay_ratio > 0
 
 
-@pytest.mark.parametrize("mu,max_horizon", [(2, 32), (6.84, 32), (20, 32), (20, 1000)])
-def test_optimal_config_reduces_to_the_calculator(mu, max_horizon):
-    from replaytheory.calculator import optimal_config
-    noise = PowerLawNoise(alpha=0.2)
-    want = optimal_config(mu, 0.1, noise, batch_size=64, max_horizon=max_horizon)
-    got = ru.optimal_config(mu, 0.1, noise, reuse=ru.ConstantReuse(0.0), batch_size=64,
-                            max_horizon=max_horizon)
-    assert (got.buffer_size, got.rollouts_per_step) == (want.buffer_size,
-                                                         int(want.rollouts_per_step))

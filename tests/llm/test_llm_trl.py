@@ -23,8 +23,9 @@ from replaytheory.calculator import optimal_config  # noqa: E402
 from replaytheory.probes import ProbeSet  # noqa: E402
 
 G = 4
-# A replay design of the calculator small enough for a CPU test: B = 16, R = 3 -> 4, N = 21.
-REC = optimal_config(mu=6.84, alpha=0.2, batch_size=16, max_buffer_size=64)
+# A replay design of the calculator small enough for a CPU test: B = 16, R = 3 -> 4, N = 21
+# (section 5's model: the mapping, not the model, is under test).
+REC = optimal_config(mu=6.84, alpha=0.2, batch_size=16, max_buffer_size=64, reuse=None)
 
 
 class Spy(rt.ReplayGRPOTrainer):
@@ -255,7 +256,7 @@ def test_trl_replay_benchmark_plain_arm_is_trls_own_trainer(monkeypatch):
     plain, replay = runs["plain"], runs["replay"]
     assert (plain.trainer, replay.trainer) == ("trl.GRPOTrainer", "trl.ReplayGRPOTrainer")
     assert plain.samples_generated == 2 * trl_replay.B and plain.rollouts_per_step == 64
-    assert replay.rollouts_per_step == 16
+    assert replay.rollouts_per_step == 24  # alpha 0.05, c = 0.67: R = 23 -> 24 (whole groups)
     for r in runs.values():
         assert r.samples_per_s > 0 and r.updates_per_s > 0 and r.mu_measured > 0
         assert [e[0] for e in r.evals] == [0, 1, 2]
