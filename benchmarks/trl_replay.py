@@ -33,6 +33,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 from benchmarks.common import set_threads, write_result
+from replaytheory.calculator import DEFAULT_REUSE
 
 B, G = 64, 8
 ARMS = ("plain", "replay")
@@ -143,7 +144,7 @@ def parse(argv=None):
     parser.add_argument("--mu", type=float, default=6.84, help="accounting mu (the paper's)")
     # alpha 0.2 with the default c is an on-policy design: no replay arm to compare.
     parser.add_argument("--alpha", type=float, default=0.05, help="noise power-law alpha")
-    parser.add_argument("--reuse", type=float, default=0.67,
+    parser.add_argument("--reuse", type=float, default=DEFAULT_REUSE.c,
                         help="self-correlation c of the calculator (theory.md section 10.11; "
                              "0: section 5's model, as trl_replay.json of 2026-12-03 used)")
     parser.add_argument("--lr", type=float, default=1e-4, help="learning rate, both arms")

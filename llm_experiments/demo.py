@@ -48,9 +48,10 @@ from .sweep import run_sweep
 from .validation import load_probes
 
 BASE = {"run.progress": False, "probe.every": 0}
-# One calibration run as ``predict`` makes them (probes every 6 steps, so that a buffer
-# rollout is probed at two uses 6 and 12 steps apart), shorter: its noise table covers
-# staleness up to 15 steps, which bounds the predicted horizon.
+# One calibration run as ``predict`` makes them, one seed: probes every 6 steps, so a buffer
+# rollout is probed again 6 steps later (predict's second gap, 3 probes = 18 steps, outlives
+# the 16-step buffer and finds no rows here); its noise table covers staleness up to 15
+# steps, which bounds the predicted horizon.
 CALIBRATION_STEPS, CALIBRATION_HORIZON = 60, 16.0
 PHASES = ("warm start", "calibration run", "prediction", "training runs")
 TARGET_SHARE = 0.8  # the target accuracy: this share of the way from the warm start to the best

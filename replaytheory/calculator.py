@@ -46,7 +46,7 @@ from .reuse import optimal_design as reuse_optimal_design
 # (cpu_tiny), 0.622 [0.556, 0.686] (heldout_digits3), 0.769 [0.719, 0.809] (heldout_wide);
 # the default is their median, for users who have not measured their own (section 10.11).
 DEFAULT_REUSE = ConstantReuse(0.67)
-# Most buffer sizes scanned exhaustively per (y, R) under a section 10 objective.
+# Most buffer sizes scanned exhaustively per (y, R) under a c(g) table.
 _MAX_SCANNED = 200_000
 
 
@@ -290,10 +290,10 @@ class _Scorer:
 
     def buffer_sizes(self, y: float, r: float, lo: int, hi: float, step: int = 1) -> set[int]:
         """Buffer sizes N (multiples of ``step`` in [lo, hi]) worth scoring at this y and R:
-        those nearest the best horizon, the smallest, and, for a section 10 objective, the
-        best of the whole range, since a c(g) table makes J piecewise in x (not unimodal)."""
+        those nearest the best horizon, the smallest, and, under a c(g) table, the best of the
+        whole range: the table makes J piecewise in x, with more than one local minimum."""
         out = _near_ints(self.horizon_at(y) * r, lo, hi, step) | {lo}
-        if not self.req.standard and (hi - lo) / step <= _MAX_SCANNED:
+        if isinstance(self.req.reuse, TabulatedReuse) and (hi - lo) / step <= _MAX_SCANNED:
             ns = np.arange(lo, math.floor(hi) + 1, step)
             if ns.size:
                 out.add(int(ns[np.argmin(self.score(ns / r, y))]))
@@ -534,8 +534,9 @@ def _explain_range(rec: ReplayRecommendation, noise) -> str:
 def _describe_model(req: _Request) -> str:
     """Which objective scored the candidates, and where its constants came from."""
     if req.standard:
-        return (" Model: section 5's, every use of a rollout a fresh noise draw (reuse=None; "
-                "the default c = 0.67 of section 10 predicted our held-out optima better).")
+        return (f" Model: section 5's, every use of a rollout a fresh noise draw (reuse=None; "
+                f"the default c = {DEFAULT_REUSE.c:g} of section 10 predicted our held-out "
+                f"optima better).")
     terms = []
     if req.reuse is not None:
         c = req.reuse.to_dict()

@@ -114,12 +114,12 @@ def test_the_default_model_is_the_self_correlated_variant_and_says_so():
     assert cfg.replay_ratio < standard.replay_ratio
 
 
-@pytest.mark.parametrize("reuse", [1.5, -0.1, "0.5", True])
-def test_bad_reuse_names_the_parameter(reuse):
-    with pytest.raises(ValueError, match="reuse"):
-        optimal_config(mu=6.84, rho=0.1, alpha=0.1, reuse=reuse)
-    with pytest.raises(ValueError, match="contribution"):
-        optimal_config(mu=6.84, rho=0.1, alpha=0.1, contribution=0.5)
+@pytest.mark.parametrize("kwargs,name", [({"reuse": 1.5}, "reuse"), ({"reuse": -0.1}, "reuse"),
+                                         ({"reuse": "0.5"}, "reuse"), ({"reuse": True}, "reuse"),
+                                         ({"contribution": 0.5}, "contribution")])
+def test_bad_reuse_terms_name_the_parameter(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        optimal_config(mu=6.84, rho=0.1, alpha=0.1, **kwargs)
 
 
 def test_sync_config_integers_near_continuous_optimum():
