@@ -4,7 +4,8 @@ Theory figures come from ``replaytheory`` directly; the simulation figures from 
 ``results/sim_validation/`` (written by ``replaytheory validate-sim --preset full``); the
 paired figures from the committed ``results/cpu_sweep/``; the diagnosis figure from
 ``results/diagnosis/diagnosis.json``; the verdict figures from every judged
-``validation*.json`` under ``results/`` (``judge`` / ``verify``). A family whose saved results are
+``validation*.json`` under ``results/`` (``judge`` / ``verify``), with every setting's
+predictions against the held-out goal (theory.md 10.9) in ``verdicts_goal.md``. A family whose saved results are
 missing is reported and skipped so the others still build.
 """
 
@@ -39,20 +40,25 @@ def _diagnosis(out):
 
 def _verdicts(out):
     from figures import verdicts
-    paths = []
+    paths, named = [], {}
     for path in sorted(RESULTS.glob("**/validation*.json")):
         try:
-            verdicts.load_records(path)
+            records = verdicts.load_records(path)
         except ValueError:  # the paired validation's own format, drawn by ``paired``
             continue
         # results/heldout_digits3/validation.json -> verdicts_heldout_digits3;
         # results/heldout_wide/validation_hold_last.json -> verdicts_heldout_wide_hold_last
         name = "_".join(path.parent.relative_to(RESULTS).parts) + \
             path.stem[len("validation"):]
+        named[name] = records
         paths += verdicts.main_one(path, out, name)
     if not paths:
         raise FileNotFoundError(f"no judged validation.json under {RESULTS}")
-    return paths
+    # An interim judgement (results/<setting>/interim/) is superseded once the setting's
+    # own is committed; the goal table shows the latest of each.
+    latest = {k: r for k, r in named.items() if k.replace("_interim", "") == k
+              or k.replace("_interim", "") not in named}
+    return [*paths, verdicts.main_goal(latest, out)]
 
 
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,

@@ -9,6 +9,9 @@ measure (``auc``):
   the seed bootstrap (on-policy's in the title), each prediction's cell marked;
 * ``verdicts_<name>.md``: per mu, the best cell with its probability and, per prediction,
   its cell, regret (median and interval) and Spearman (median and interval).
+* ``verdicts_goal.md`` (``python -m figures.make_all``, every judged setting together): each
+  prediction against the held-out goal of theory.md section 10.9 (``GoalRow``): predicted y against the best cell's,
+  regret, Spearman and the split-half gate.
 
 Run: ``python -m figures.verdicts RESULTS [...] [--out DIR] [--name NAME]``; each RESULTS is a
 folder holding ``validation.json`` or a ``validation*.json`` file (a second registration's
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +80,97 @@ def table(records: list[dict], name: str) -> str:
                          f"{_fmt(d['regret'])} | {_fmt(d['spearman'])} |")
             head = " | | "
     return "\n".join(lines) + "\n"
+
+
+# The held-out goal for a prediction (theory.md section 10.9): predicted y within this factor
+# of the bootstrap-mode best cell's y, regret median at most this, Spearman median at least
+# this; the split-half gate's bar is the registration's own (``gate_passed``).
+GOAL_Y_FACTOR = 1.5
+GOAL_REGRET = 0.10
+GOAL_SPEARMAN = 0.7
+
+
+@dataclass(frozen=True)
+class GoalRow:
+    """One prediction at one mu of one judged setting, against the held-out goal (section 10.9).
+
+    y_star: the continuous predicted replay ratio, floored at 1 (below 1 means on-policy).
+    y_best: the bootstrap-mode best cell's y (1 for on-policy). regret, spearman: interval
+    records (median, low, high), or None where the judge could not compute one. gate: the split-half Spearman; gate_passed its verdict.
+    """
+
+    setting: str
+    mu: str
+    gate: float
+    gate_passed: bool
+    best_cell: str
+    best_probability: float
+    variant: str
+    cell: str
+    y_star: float
+    y_best: float
+    regret: dict
+    spearman: dict
+
+    @property
+    def y_factor(self) -> float:
+        """How far the predicted y is from the best cell's, as a factor >= 1."""
+        return max(self.y_star, self.y_best) / min(self.y_star, self.y_best)
+
+    @property
+    def goals_met(self) -> dict[str, bool]:
+        """Each of the four criteria: y within 1.5x, regret <= 10%, Spearman >= 0.7, gate."""
+        return {"y": self.y_factor <= GOAL_Y_FACTOR,
+                "regret": _median(self.regret) <= GOAL_REGRET,
+                "spearman": _median(self.spearman) >= GOAL_SPEARMAN,
+                "gate": self.gate_passed}
+
+
+def _median(d: dict | None) -> float:
+    """An interval record's median; NaN (never meets a goal) when the judge had none."""
+    return float("nan") if not d or d.get("median") is None else float(d["median"])
+
+
+def goal_rows(named: dict[str, list[dict]]) -> list[GoalRow]:
+    """The primary measure's predictions of every judged setting (``{name: records}``), one
+    ``GoalRow`` per (setting, mu, prediction)."""
+    rows = []
+    for name, records in named.items():
+        for r in (r for r in records if r["measure"] == PRIMARY):
+            best = next(c for c in r["cells"] if c["label"] == r["best_cell"])
+            for v, d in r["predictions"].items():
+                rows.append(GoalRow(name, mu_label(r), r["gate_spearman"], r["gate_passed"],
+                                    r["best_cell"], r["best_probability"], v, d["cell"],
+                                    max(float(d["y_star"]), 1.0), float(best["replay_ratio"]),
+                                    d["regret"], d["spearman"]))
+    return rows
+
+
+def goal_table(rows: list[GoalRow]) -> str:
+    """``goal_rows`` as a markdown table: the goal's four criteria per prediction."""
+    lines = [f"# Every judged prediction against the held-out goal ({PRIMARY}; theory.md "
+             "section 10.9)", "",
+             f"Goal: predicted y within {GOAL_Y_FACTOR:g}x of the bootstrap-mode best cell's y, "
+             f"regret median <= {GOAL_REGRET:.0%}, Spearman median >= {GOAL_SPEARMAN:g}, "
+             "split-half gate passed. y* is the continuous prediction, floored at 1. "
+             "Met: the criteria met, of y / regret / Spearman / gate.", "",
+             "| setting | mu | gate | best cell (P) | prediction | its cell | y* | best y | "
+             "regret | Spearman | met |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        met = [k for k, ok in row.goals_met.items() if ok]
+        lines.append(f"| {row.setting} | {row.mu} | {row.gate:.2f} | {row.best_cell} "
+                     f"({row.best_probability:.2f}) | {row.variant} | {row.cell} | "
+                     f"{row.y_star:.2f} | {row.y_best:g} | {_fmt(row.regret)} | "
+                     f"{_fmt(row.spearman)} | {len(met)}/4 {' '.join(met)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main_goal(named: dict[str, list[dict]], out=None) -> Path:
+    """Write ``verdicts_goal.md`` (``goal_table`` of every setting in ``named``)."""
+    out_dir = Path(out) if out else Path(__file__).resolve().parent / "out"
+    md = out_dir / "verdicts_goal.md"
+    atomic_write(str(md), lambda fh: fh.write(goal_table(goal_rows(named))))
+    return md
 
 
 def draw(records: list[dict], name: str):

@@ -66,3 +66,33 @@ def test_a_second_registrations_verdicts_are_named_after_it(tmp_path):
     assert {p.name for p in out} >= {"verdicts_heldout_wide_hold_last.png",
                                      "verdicts_heldout_wide_hold_last.md"}
     style.plt.close("all")
+
+
+def test_goal_rows_judge_each_prediction_by_the_four_criteria(tmp_path):
+    records = _records(tmp_path)
+    rows = verdicts.goal_rows({"tiny": records})
+    primary = [r for r in records if r["measure"] == verdicts.PRIMARY]
+    assert len(rows) == sum(len(r["predictions"]) for r in primary)
+    for row in rows:
+        assert row.y_star >= 1.0 and row.y_factor >= 1.0
+        met = row.goals_met
+        assert met["y"] == (max(row.y_star, row.y_best) / min(row.y_star, row.y_best) <= 1.5)
+        assert met["regret"] == (row.regret is not None and row.regret["median"] <= 0.10)
+        assert met["spearman"] == (row.spearman is not None
+                                   and row.spearman["median"] >= 0.7)
+    text = verdicts.goal_table(rows)
+    table_rows = [line for line in text.splitlines() if line.startswith("| tiny |")]
+    assert len(table_rows) == len(rows)
+    assert all(f"{sum(r.goals_met.values())}/4" in line for r, line in zip(rows, table_rows))
+
+
+def test_goal_row_y_factor_is_symmetric():
+    base = dict(setting="s", mu="m", gate=0.9, gate_passed=True, best_cell="x=4, y=2",
+                best_probability=0.5, variant="v", cell="x=4, y=2",
+                regret={"median": 0.05, "low": 0.0, "high": 0.1},
+                spearman={"median": 0.8, "low": 0.7, "high": 0.9})
+    over = verdicts.GoalRow(**base, y_star=3.0, y_best=2.0)
+    under = verdicts.GoalRow(**base, y_star=2.0, y_best=3.0)
+    assert over.y_factor == under.y_factor == pytest.approx(1.5)
+    assert over.goals_met == {"y": True, "regret": True, "spearman": True, "gate": True}
+    assert not verdicts.GoalRow(**base, y_star=3.1, y_best=2.0).goals_met["y"]
