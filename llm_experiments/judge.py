@@ -269,13 +269,33 @@ def complete_seeds(runs: list[Run]) -> list[Run]:
     return [r for r in runs if r.seed in keep]
 
 
-def judge(curves: str, reg: Registration, calibration_dir: str | None,
+def load_grid_runs(curves, loss: str) -> list[Run]:
+    """The runs of loss ``loss`` in one ``curves.jsonl`` or several (a grid and its registered
+    extension, e.g. ``cpu_sweep_v2``'s x = 256); ValueError if two files hold the same
+    (cell, learning rate, seed), which would otherwise overwrite each other silently."""
+    paths = [curves] if isinstance(curves, str) else list(curves)
+    runs, seen = [], {}
+    for path in paths:
+        for r in load_runs(path):
+            if r.get("trainer.loss", loss) != loss:
+                continue
+            key = (r.cell, r.lr, r.seed)
+            if key in seen:
+                raise ValueError(f"run {r.run_id} ({path}) repeats {seen[key]}: the same "
+                                 f"cell, lr {r.lr:g} and seed {r.seed}")
+            seen[key] = f"{r.run_id} ({path})"
+            runs.append(r)
+    return runs
+
+
+def judge(curves, reg: Registration, calibration_dir: str | None,
           only_complete_seeds: bool = False) -> list[dict]:
     """All verdicts of a registered sweep: one record per (mu, measure); see the module
-    docstring. ``calibration_dir``: the probes the predictions came from (for the Spearman of
+    docstring. ``curves``: a ``curves.jsonl`` path or a list of them (``load_grid_runs``).
+    ``calibration_dir``: the probes the predictions came from (for the Spearman of
     each prediction's objective; None = no Spearman). ``only_complete_seeds``: judge only the
     seeds that finished every run (``complete_seeds``), for an interim verdict."""
-    runs = [r for r in load_runs(curves) if r.get("trainer.loss", reg.loss) == reg.loss]
+    runs = load_grid_runs(curves, reg.loss)
     if only_complete_seeds:
         runs = complete_seeds(runs)
     if not runs:
@@ -311,10 +331,11 @@ def judge(curves: str, reg: Registration, calibration_dir: str | None,
 
 
 def main(argv=None) -> int:
-    """``python -m llm_experiments.judge --curves C --registration R [--calibration D]
+    """``python -m llm_experiments.judge --curves C [C ...] --registration R [--calibration D]
     --out validation.json``: the verdicts, and a table of them on the terminal."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--curves", required=True, help="compacted sweep (curves.jsonl)")
+    p.add_argument("--curves", required=True, nargs="+", help="compacted sweep "
+                   "(curves.jsonl); several files are judged as one grid")
     p.add_argument("--registration", required=True, help="preregistration.json")
     p.add_argument("--calibration", help="probes of the judged predictions (*<loss>*.npz)")
     p.add_argument("--out", required=True, help="validation.json to write")

@@ -149,3 +149,29 @@ def test_judge_refuses_a_single_seed_by_name(tmp_path):
                                "gate": {"threshold": 0.9}, "predictions_judged": {}}))
     with pytest.raises(ValueError, match="at least 2 seeds"):
         judge(str(curves), Registration.load(str(reg)), None)
+
+
+def test_a_grid_split_over_two_curves_files_is_judged_as_one_and_overlap_is_refused(tmp_path):
+    """A registered extension (its own curves.jsonl) joins the main grid's runs; a run in
+    both files is named instead of silently overwriting the other."""
+    from llm_experiments.judge import Registration, judge, load_grid_runs
+    rows = [json.loads(line) for line in open("tests/fixtures/tiny_sweep/curves.jsonl")]
+    horizon = [r for r in rows if r["settings"].get("buffer.horizon") == 4]
+    assert horizon and len(horizon) < len(rows)
+    main, ext = tmp_path / "main.jsonl", tmp_path / "ext.jsonl"
+    main.write_text("".join(json.dumps(r) + "\n" for r in rows if r not in horizon))
+    ext.write_text("".join(json.dumps(r) + "\n" for r in horizon))
+    reg = tmp_path / "reg.json"
+    reg.write_text(json.dumps({"name": "tiny", "loss": "grpo", "steps": 24, "horizons": [1, 4],
+                               "replay_ratios": [1.0, 2.0], "accounting_mus": [2.0],
+                               "primary_measure": {"budget_replay_ratio": 2.0},
+                               "secondary_targets": [],
+                               "bootstrap": {"draws": 20, "interval": 0.9, "rng_seed": 0},
+                               "gate": {"threshold": 0.9}, "predictions_judged": {}}))
+    registration = Registration.load(str(reg))
+    whole = judge("tests/fixtures/tiny_sweep/curves.jsonl", registration, None)
+    assert judge([str(main), str(ext)], registration, None) == whole
+    assert len(load_grid_runs([str(main), str(ext)], "grpo")) == len(
+        load_grid_runs("tests/fixtures/tiny_sweep/curves.jsonl", "grpo"))
+    with pytest.raises(ValueError, match="repeats"):
+        load_grid_runs([str(main), str(ext), str(ext)], "grpo")
