@@ -135,40 +135,39 @@ def test_interim_judge_keeps_only_seeds_that_finished_every_run(tmp_path):
 def test_judge_refuses_a_single_seed_by_name(tmp_path):
     """One seed leaves nothing to resample: the judge says so instead of failing deep in
     the split-half gate."""
-    from llm_experiments.judge import Registration, judge
+    from llm_experiments.judge import judge
     rows = [json.loads(line) for line in open("tests/fixtures/tiny_sweep/curves.jsonl")]
     one = [r for r in rows if r["settings"]["run.seed"] == rows[0]["settings"]["run.seed"]]
     curves = tmp_path / "curves.jsonl"
     curves.write_text("".join(json.dumps(r) + "\n" for r in one))
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        judge(str(curves), _bare_registration(tmp_path, draws=1), None)
+
+
+def _bare_registration(tmp_path, draws: int):
+    """A registration of the fixture's grid with no prediction to judge."""
+    from llm_experiments.judge import Registration
     reg = tmp_path / "reg.json"
     reg.write_text(json.dumps({"name": "tiny", "loss": "grpo", "steps": 24, "horizons": [1, 4],
                                "replay_ratios": [1.0, 2.0], "accounting_mus": [2.0],
                                "primary_measure": {"budget_replay_ratio": 2.0},
                                "secondary_targets": [],
-                               "bootstrap": {"draws": 1, "interval": 0.9, "rng_seed": 0},
+                               "bootstrap": {"draws": draws, "interval": 0.9, "rng_seed": 0},
                                "gate": {"threshold": 0.9}, "predictions_judged": {}}))
-    with pytest.raises(ValueError, match="at least 2 seeds"):
-        judge(str(curves), Registration.load(str(reg)), None)
+    return Registration.load(str(reg))
 
 
 def test_a_grid_split_over_two_curves_files_is_judged_as_one_and_overlap_is_refused(tmp_path):
     """A registered extension (its own curves.jsonl) joins the main grid's runs; a run in
     both files is named instead of silently overwriting the other."""
-    from llm_experiments.judge import Registration, judge, load_grid_runs
+    from llm_experiments.judge import judge, load_grid_runs
     rows = [json.loads(line) for line in open("tests/fixtures/tiny_sweep/curves.jsonl")]
     horizon = [r for r in rows if r["settings"].get("buffer.horizon") == 4]
     assert horizon and len(horizon) < len(rows)
     main, ext = tmp_path / "main.jsonl", tmp_path / "ext.jsonl"
     main.write_text("".join(json.dumps(r) + "\n" for r in rows if r not in horizon))
     ext.write_text("".join(json.dumps(r) + "\n" for r in horizon))
-    reg = tmp_path / "reg.json"
-    reg.write_text(json.dumps({"name": "tiny", "loss": "grpo", "steps": 24, "horizons": [1, 4],
-                               "replay_ratios": [1.0, 2.0], "accounting_mus": [2.0],
-                               "primary_measure": {"budget_replay_ratio": 2.0},
-                               "secondary_targets": [],
-                               "bootstrap": {"draws": 20, "interval": 0.9, "rng_seed": 0},
-                               "gate": {"threshold": 0.9}, "predictions_judged": {}}))
-    registration = Registration.load(str(reg))
+    registration = _bare_registration(tmp_path, draws=20)
     whole = judge("tests/fixtures/tiny_sweep/curves.jsonl", registration, None)
     assert judge([str(main), str(ext)], registration, None) == whole
     assert len(load_grid_runs([str(main), str(ext)], "grpo")) == len(
