@@ -5,8 +5,8 @@ Theory figures come from ``replaytheory`` directly; the simulation figures from 
 paired figures from the committed ``results/cpu_sweep/``; the diagnosis figure from
 ``results/diagnosis/diagnosis.json``; the verdict figures from every judged
 ``validation*.json`` under ``results/`` (``judge`` / ``verify``), with every setting's
-predictions against the held-out goal (theory.md 10.9) in ``verdicts_goal.md``. A family whose saved results are
-missing is reported and skipped so the others still build.
+predictions against the held-out goal (theory.md 10.9) in ``verdicts_goal.md``. A family
+whose saved results are missing is reported and skipped so the others still build.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ measure (``auc``):
 * ``verdicts_<name>.md``: per mu, the best cell with its probability and, per prediction,
   its cell, regret (median and interval) and Spearman (median and interval).
 * ``verdicts_goal.md`` (``python -m figures.make_all``, every judged setting together): each
-  prediction against the held-out goal of theory.md section 10.9 (``GoalRow``): predicted y against the best cell's,
-  regret, Spearman and the split-half gate.
+  prediction against the held-out goal of theory.md section 10.9 (``GoalRow``): predicted y
+  against the best cell's, regret, Spearman and the split-half gate.
 
 Run: ``python -m figures.verdicts RESULTS [...] [--out DIR] [--name NAME]``; each RESULTS is a
 folder holding ``validation.json`` or a ``validation*.json`` file (a second registration's
@@ -96,7 +96,8 @@ class GoalRow:
 
     y_star: the continuous predicted replay ratio, floored at 1 (below 1 means on-policy).
     y_best: the bootstrap-mode best cell's y (1 for on-policy). regret, spearman: interval
-    records (median, low, high), or None where the judge could not compute one. gate: the split-half Spearman; gate_passed its verdict.
+    records (median, low, high), or None where the judge could not compute one. gate: the
+    split-half Spearman; gate_passed its verdict.
     """
 
     setting: str
@@ -109,8 +110,8 @@ class GoalRow:
     cell: str
     y_star: float
     y_best: float
-    regret: dict
-    spearman: dict
+    regret: dict | None
+    spearman: dict | None
 
     @property
     def y_factor(self) -> float:
