@@ -164,21 +164,28 @@ def _calibrated(paths: list):
 
 
 def extrapolated_registration(path: str, extrapolate: str, primary: str | None = None,
-                              note: str = "") -> str:
+                              note: str = "", calibration: str | None = None,
+                              config: str | None = None) -> str:
     """A second registration on the grid of the committed ``path``: every variant predicted
     again from the same calibration probes, with the noise table extrapolated
     (``extrapolate``, theory.md section 4.6). Grid, measure, bootstrap and gate are copied, so
     ``verify`` judges it on the same runs. ``primary``: its primary variant (default: the
-    original's). Writes ``prediction_<extrapolate>.json`` next to ``path``; returns that path.
-    Commit it before the grid's runs, as the original."""
+    original's). ``calibration``: the folder of the probes ``path`` was predicted from
+    (default its ``calibration/`` sibling, as ``predict`` writes it); ``config``: the setting,
+    for a registration that does not name its own (``cpu_sweep_v2``'s). Writes
+    ``prediction_<extrapolate>.json`` next to ``path``; returns that path. Commit it before
+    the grid's runs, as the original."""
     extrapolate = choice("extrapolate", extrapolate, EXTRAPOLATIONS)
     with open(path) as fh:
         reg = json.load(fh)
     if primary is not None:
         choice("primary", primary, VARIANTS)
-    cal, big_l, f0 = _calibrated(probe_paths(os.path.join(os.path.dirname(path),
-                                                          "calibration"), reg["loss"]))
-    cfg = load_config(reg["config"], [f"{k}={v}" for k, v in reg.get("set", {}).items()])
+    config = reg.get("config") or config
+    if not config:
+        raise ValueError(f"{path} names no config: give config (--config)")
+    calibration = calibration or os.path.join(os.path.dirname(path), "calibration")
+    cal, big_l, f0 = _calibrated(probe_paths(calibration, reg["loss"]))
+    cfg = load_config(config, [f"{k}={v}" for k, v in reg.get("set", {}).items()])
     mus = {f"{cal.mu:.4g}": float(cal.mu), **{f"{m:g}": m for m in reg["accounting_mus"]}}
     out = os.path.join(os.path.dirname(path), f"prediction_{extrapolate}.json")
     second = {**reg, "name": f"{reg['name']}_{extrapolate}", "extrapolate": extrapolate,
@@ -227,6 +234,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--primary-variant", choices=VARIANTS,
                    help="with --from: the new registration's primary variant")
     p.add_argument("--note", default="", help="with --from: why this registration exists")
+    p.add_argument("--calibration", metavar="DIR", help="with --from: the probes the "
+                   "registration was predicted from (default: its calibration/ folder)")
     return p
 
 
@@ -237,7 +246,8 @@ def main(argv=None) -> int:
         p.error("give exactly one of --out (calibrate and predict) or --from (predict again)")
     try:
         if a.source:
-            path = extrapolated_registration(a.source, a.extrapolate, a.primary_variant, a.note)
+            path = extrapolated_registration(a.source, a.extrapolate, a.primary_variant, a.note,
+                                             a.calibration, a.config)
             with open(path) as fh:
                 reg = json.load(fh)
         else:

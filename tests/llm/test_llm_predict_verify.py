@@ -112,3 +112,23 @@ def test_a_second_registration_extrapolates_on_the_same_grid(tmp_path):
         extrapolated_registration(path, "linear")
     with pytest.raises(SystemExit):  # --from and --out are two different jobs
         main(["--from", path, "--out", str(tmp_path)])
+
+
+def test_a_registration_without_its_own_config_or_calibration_folder_names_both(tmp_path):
+    # cpu_sweep_v2's registrations name neither: their probes are results/diagnosis.
+    import shutil
+    from llm_experiments.predict import extrapolated_registration
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "results", "heldout_digits3")
+    shutil.copytree(os.path.join(src, "calibration"), tmp_path / "probes",
+                    ignore=shutil.ignore_patterns("logs"))
+    reg = json.loads(open(os.path.join(src, "prediction.json")).read())
+    config = reg.pop("config")
+    (tmp_path / "prediction.json").write_text(json.dumps(reg))
+    with pytest.raises(ValueError, match="names no config"):
+        extrapolated_registration(str(tmp_path / "prediction.json"), "hold_last",
+                                  calibration=str(tmp_path / "probes"))
+    path = extrapolated_registration(str(tmp_path / "prediction.json"), "hold_last",
+                                     calibration=str(tmp_path / "probes"), config=config)
+    held = json.loads(open(path).read())["predictions_judged"]["self_correlated"]
+    committed = json.loads(open(os.path.join(src, "prediction.json")).read())
+    assert set(held) == set(committed["predictions_judged"]["self_correlated"])
