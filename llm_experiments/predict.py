@@ -213,7 +213,8 @@ def _overrides(texts) -> dict:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llm_experiments predict", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--config", default="cpu_tiny", help="shipped config name or YAML path")
+    p.add_argument("--config", default="cpu_tiny", help="shipped config name or YAML path; "
+                   "with --from, used only for a registration that names no config of its own")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override, e.g. task.digits=3 (repeatable)")
     p.add_argument("--out", help="folder for calibration/ and prediction.json")
