@@ -21,6 +21,7 @@ from .config import load_config, read_config
 
 # Commands with their own parser (``python -m llm_experiments NAME --help`` shows it).
 FORWARDED = {
+    "sweep": "run a resumable grid of runs (see sweep.py)",
     "predict": "calibrate on a setting and write prediction.json (see predict.py)",
     "verify": "run a prediction's grid and judge it: validation.json (see verify.py)",
     "judge": "seed-bootstrap verdicts of a registered sweep's curves (see judge.py)",
@@ -48,15 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=None,
                      help="Ray cluster address for schedule.engine=ray (default $RAY_ADDRESS, "
                           "else a local cluster)")
-    sweep = sub.add_parser("sweep", help="run a resumable grid of runs (see sweep.py)")
-    sweep.add_argument("--spec", required=True, help="sweep spec (YAML)")
-    sweep.add_argument("--out", required=True, help="sweep folder; rerun to continue it")
-    sweep.add_argument("--workers", type=int, default=1, help="runs at a time (default 1)")
-    sweep.add_argument("--engine", default="local",
-                       help="'local' subprocesses (default) or 'ray': one Ray task per run")
-    sweep.add_argument("--address", default=None,
-                       help="Ray cluster address for --engine ray (default $RAY_ADDRESS, "
-                            "else a local cluster)")
     demo = sub.add_parser("demo", help="the main job: calibrate, predict, compare (see demo.py)")
     demo.add_argument("--out", default="runs/demo", help="output folder (rerun to resume)")
     demo.add_argument("--mu", type=float, default=6.84, help="accounting mu (default 6.84)")
@@ -79,11 +71,6 @@ def main(argv=None) -> int:
         from .demo import main as demo_main
         return demo_main(["--out", args.out, "--mu", str(args.mu), "--steps", str(args.steps),
                           "--workers", str(args.workers)])
-    if args.command == "sweep":
-        from .sweep import main as sweep_main
-        return sweep_main(["--spec", args.spec, "--out", args.out,
-                           "--workers", str(args.workers), "--engine", args.engine,
-                           *(["--address", args.address] if args.address else [])])
     try:
         saved = os.path.join(args.out, "config.yaml")
         if args.resume and args.config is None and not args.overrides \

@@ -120,10 +120,21 @@ def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
             "summary": {k: val for k, val in summary.items() if k != "histograms"}}
 
 
-def compact_sweep(sweep_dirs, out_path: str) -> int:
+def compact_sweep(sweep_dirs, out_path: str, keep=()) -> int:
     """Write ``curves.jsonl`` for every finished run of one sweep folder or several (e.g.
-    more seeds of a grid run later); returns the count."""
-    lines = []
+    more seeds of a grid run later); returns the count.
+
+    ``keep``: compacted curves files whose records are carried over first, in their order,
+    unless the sweep folders hold the same run id (a sweep continued with ``--done-in`` on a
+    machine without the earlier run folders). ``out_path`` may be one of them.
+    """
+    kept: dict[str, str] = {}
+    for path in keep:
+        with open(path) as fh:
+            for line in fh:
+                if line.strip():
+                    kept.setdefault(json.loads(line)["run_id"], line.strip())
+    lines, fresh = [], set()
     for sweep_dir in [sweep_dirs] if isinstance(sweep_dirs, str) else sweep_dirs:
         with open(os.path.join(sweep_dir, "sweep.json")) as fh:
             runs = json.load(fh)["runs"]
@@ -131,6 +142,8 @@ def compact_sweep(sweep_dirs, out_path: str) -> int:
             run_dir = os.path.join(sweep_dir, "runs", r["run_id"])
             if os.path.exists(os.path.join(run_dir, "summary.json")):
                 lines.append(json.dumps(compact_run(run_dir, r["run_id"], r["overrides"])))
+                fresh.add(r["run_id"])
+    lines = [line for rid, line in kept.items() if rid not in fresh] + lines
     atomic_write(out_path, lambda fh: fh.write("\n".join(lines) + "\n"))
     return len(lines)
 
@@ -219,13 +232,19 @@ def main(argv=None) -> int:
                    help="sweep folder(s) (sweep.py --out); several go into one file")
     p.add_argument("--out", required=True, help="curves.jsonl to write")
     p.add_argument("--histograms", help="also write the runs' histograms to this JSONL")
+    p.add_argument("--keep", nargs="+", default=[], metavar="CURVES",
+                   help="compacted curves whose runs are carried over unless the sweep "
+                        "folders hold them (may name --out itself)")
     a = p.parse_args(argv)
     for d in a.sweep:
         if not os.path.isfile(os.path.join(d, "sweep.json")):
             p.error(f"--sweep {d!r} is not a sweep folder (no sweep.json)")
     if a.histograms and len(a.sweep) > 1:
         p.error("--histograms takes one sweep folder")
-    print(f"{compact_sweep(a.sweep, a.out)} runs -> {a.out}")
+    for path in a.keep:
+        if not os.path.isfile(path):
+            p.error(f"--keep {path!r} is not a file")
+    print(f"{compact_sweep(a.sweep, a.out, keep=a.keep)} runs -> {a.out}")
     if a.histograms:
         print(f"{compact_histograms(a.sweep[0], a.histograms)} runs -> {a.histograms}")
     return 0

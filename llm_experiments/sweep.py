@@ -20,6 +20,8 @@ an interrupted run and is continued with ``--resume`` (the harness checkpoints).
 separate processes, so a crash or a kill loses at most the unsaved part of one run. After each
 run the results table ``OUT/results.jsonl`` (and ``results.csv``) is rewritten atomically from
 the finished runs; failures go to ``OUT/failures.jsonl`` and are retried on the next call.
+``--done-in CURVES`` also skips the runs of committed compacted curves, so that a sweep begun
+on a machine that is gone continues on another (compact with ``results --keep CURVES``).
 """
 
 from __future__ import annotations
@@ -130,6 +132,18 @@ def is_done(run_dir: Path) -> bool:
     return (run_dir / "summary.json").exists()
 
 
+def compacted_run_ids(paths) -> set[str]:
+    """Run ids held in compacted ``curves.jsonl`` files; raises ``ValueError`` for a path that
+    is not a file (a mistyped ``--done-in`` must not silently rerun a whole sweep)."""
+    ids = set()
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ValueError(f"done_in: {path!r} is not a file")
+        with open(path) as fh:
+            ids.update(json.loads(line)["run_id"] for line in fh if line.strip())
+    return ids
+
+
 def _flat_scalars(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, val in d.items():
@@ -205,7 +219,8 @@ def _on_ray(todo: list[RunSpec], prepare, finish, address: str | None, env: dict
 
 
 def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = None,
-              progress: bool = True, engine: str = "local", address: str | None = None) -> dict:
+              progress: bool = True, engine: str = "local", address: str | None = None,
+              done_in: tuple[str, ...] = ()) -> dict:
     """Run every unfinished run of ``spec`` into ``out_dir``; returns counts.
 
     Args:
@@ -215,8 +230,12 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
         engine: "local" (subprocesses, ``workers`` at a time) or "ray" (each run a Ray task of
             one CPU on the cluster at ``address``, None = ``$RAY_ADDRESS`` or a local one; the
             sweep folder must be on storage every node sees). Same result files either way.
+        done_in: compacted ``curves.jsonl`` files (``results.compact_sweep``) whose runs count
+            as done, so that a sweep continues on a machine that holds only the committed
+            curves of an earlier session, not its run folders.
     Returns:
-        {"total", "skipped", "finished", "failed"}.
+        {"total", "skipped", "compacted", "finished", "failed"}: "skipped" counts every run
+        not run now, "compacted" those of them found only in ``done_in``.
     """
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
@@ -228,8 +247,12 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
     (out / "runs").mkdir(parents=True, exist_ok=True)
     runs = expand(spec)
     write_json(str(out / "sweep.json"), {"spec": spec, "runs": [r.__dict__ for r in runs]})
-    todo = [r for r in runs if not is_done(out / "runs" / r.run_id)]
-    counts = {"total": len(runs), "skipped": len(runs) - len(todo), "finished": 0, "failed": 0}
+    compacted = compacted_run_ids(done_in)
+    in_folder = {r.run_id for r in runs if is_done(out / "runs" / r.run_id)}
+    todo = [r for r in runs if r.run_id not in in_folder | compacted]
+    counts = {"total": len(runs), "skipped": len(runs) - len(todo),
+              "compacted": len({r.run_id for r in runs} & compacted - in_folder),
+              "finished": 0, "failed": 0}
     run_env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
     lock = threading.Lock()
     failures = []
@@ -286,14 +309,19 @@ def main(argv=None) -> int:
     p.add_argument("--address", default=None,
                    help="Ray cluster address for --engine ray (default $RAY_ADDRESS, else a "
                         "local cluster)")
+    p.add_argument("--done-in", nargs="+", default=[], metavar="CURVES",
+                   help="compacted curves.jsonl whose runs count as done (continue a sweep "
+                        "from the committed curves of an earlier machine)")
     args = p.parse_args(argv)
     try:
         counts = run_sweep(load_spec(args.spec), args.out, workers=args.workers,
-                           engine=args.engine, address=args.address)
+                           engine=args.engine, address=args.address,
+                           done_in=tuple(args.done_in))
     except ValueError as exc:
         print(f"llm_experiments sweep: error: {exc}", file=sys.stderr)
         return 2
-    print(f"sweep: {counts['total']} runs, {counts['skipped']} already done, "
+    print(f"sweep: {counts['total']} runs, {counts['skipped']} already done "
+          f"({counts['compacted']} of them only in --done-in), "
           f"{counts['finished']} finished now, {counts['failed']} failed; results in "
           f"{Path(args.out) / 'results.jsonl'}")
     return 1 if counts["failed"] else 0

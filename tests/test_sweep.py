@@ -46,7 +46,7 @@ def test_sweep_runs_all_and_skips_finished(tmp_path):
     spec = load_spec(write_spec(tmp_path))
     out = tmp_path / "sweep"
     counts = run_sweep(spec, str(out), workers=2, env={"FAKE_SLEEP": "0"}, progress=False)
-    assert counts == {"total": 6, "skipped": 0, "finished": 6, "failed": 0}
+    assert counts == {"total": 6, "skipped": 0, "compacted": 0, "finished": 6, "failed": 0}
     rows = [json.loads(line) for line in open(out / "results.jsonl")]
     assert len(rows) == 6 and {r["set.seed"] for r in rows} == {0, 1, 2}
     assert (out / "results.csv").read_text().startswith("run_id,")
@@ -95,3 +95,44 @@ def test_kill_mid_sweep_then_resume_loses_and_redoes_nothing(tmp_path):
         if run_dir.name in finished_before:
             assert invocations == ["fresh"]  # not redone
     assert len([json.loads(line) for line in open(out / "results.jsonl")]) == 6
+
+
+def _finish_like_the_harness(run_dir: Path, seed: int) -> None:
+    """Give a fake run folder the files ``compact_run`` reads (config, eval record)."""
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"schedule": {"batch_size": 4}}))
+    (run_dir / "metrics.jsonl").write_text(json.dumps(
+        {"step": 0, "samples_generated": 0, "samples_consumed": 0, "eval_accuracy": seed / 10})
+        + "\n")
+
+
+def test_sweep_continues_from_compacted_curves_on_another_machine(tmp_path):
+    from llm_experiments.results import compact_sweep, load_runs
+
+    first = load_spec(write_spec(tmp_path, grid={"seed": [0]}))
+    old = tmp_path / "old_machine"
+    run_sweep(first, str(old), env={"FAKE_SLEEP": "0"}, progress=False)
+    for run_dir in (old / "runs").iterdir():
+        _finish_like_the_harness(run_dir, 0)
+    curves = tmp_path / "curves.jsonl"
+    assert compact_sweep(str(old), str(curves)) == 2
+
+    # The new machine has only the committed curves; the full spec has seeds 0 and 1.
+    spec = load_spec(write_spec(tmp_path, grid={"seed": [0, 1]}))
+    new = tmp_path / "new_machine"
+    counts = run_sweep(spec, str(new), env={"FAKE_SLEEP": "0"}, progress=False,
+                       done_in=(str(curves),))
+    assert counts == {"total": 4, "skipped": 2, "compacted": 2, "finished": 2, "failed": 0}
+    assert {d.name for d in (new / "runs").iterdir()} == {
+        r.run_id for r in expand(spec) if r.overrides["seed"] == 1}
+    for run_dir in (new / "runs").iterdir():
+        _finish_like_the_harness(run_dir, 1)
+    assert compact_sweep(str(new), str(curves), keep=[str(curves)]) == 4
+    runs = load_runs(str(curves))
+    assert sorted(r.settings["seed"] for r in runs) == [0, 0, 1, 1]
+    # a run in both the kept file and the folder is taken from the folder, once
+    for run_dir in (new / "runs").iterdir():
+        _finish_like_the_harness(run_dir, 5)
+    assert compact_sweep(str(new), str(curves), keep=[str(curves)]) == 4
+    assert sorted(r.eval["eval_accuracy"][0] for r in load_runs(str(curves))) == [0, 0, .5, .5]
+    with pytest.raises(ValueError, match="done_in"):
+        run_sweep(spec, str(new), progress=False, done_in=(str(tmp_path / "typo.jsonl"),))
