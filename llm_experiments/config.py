@@ -20,6 +20,7 @@ import importlib
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -246,6 +247,13 @@ class ModelConfig(_Section):
     warm_start_target: stop the warm start as soon as greedy accuracy on a fixed sample of
     training problems reaches this value (in [0, 1); 0 = run all ``warm_start_steps``). The
     supervised curve is steep, so a step count alone lands anywhere between 0.1 and 0.8.
+    warm_start_path: a folder holding a saved warm start of this shape (``python -m
+        llm_experiments.models --out DIR``), loaded instead of training one; "" = train it
+        on this machine and cache it. The training is chaotic in floating point, so only a
+        saved warm start is the same policy on every machine (``models.cached_warm_start``).
+    warm_start_sha256: "" or the digest (``models.weights_sha256``, 64 hex digits) the warm
+        start must have: a run on another policy stops with an error instead of joining a
+        grid it does not belong to.
     """
 
     SECTION: ClassVar[str] = "model"
@@ -264,12 +272,18 @@ class ModelConfig(_Section):
     warm_start_warmup: int = _int(50, 0)
     warm_start_seed: int = _int(0)
     warm_start_target: float = _real(0.0, 0.0, 1.0, hi_open=True)
+    warm_start_path: str = _text("")
+    warm_start_sha256: str = _text("")
 
     def check(self) -> None:
-        """Attention heads split the hidden size and share key/value heads evenly."""
+        """Attention heads split the hidden size and share key/value heads evenly; a pinned
+        digest is a sha256."""
         if self.heads % self.kv_heads or self.hidden_size % self.heads:
             raise ValueError("model.heads must divide model.hidden_size and be a multiple of "
                              "model.kv_heads")
+        if self.warm_start_sha256 and not re.fullmatch(r"[0-9a-f]{64}", self.warm_start_sha256):
+            raise ValueError("model.warm_start_sha256 must be '' or 64 lower-case hex digits, "
+                             f"got {self.warm_start_sha256!r}")
 
 
 @dataclass

@@ -36,7 +36,7 @@ from .gradients import clipped_mean_grad, flat_grad
 from .losses import (batch_logprobs, collate, collate_prompts, group_advantages, loss_stats,
                      policy_loss)
 from .metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
-from .models import encode_prompt, load_policy, param_count
+from .models import encode_prompt, load_policy, param_count, weights_sha256
 from .probes import Prober, RunCounts, RunView
 from .samplers import WeightUpdate, make_sampler
 from .schedule import ComputeClock, Production, WeightStore
@@ -147,6 +147,8 @@ class Experiment(PolicyTrainer):
         self.device = torch.device(cfg.run.device)
         self.task = make_task(cfg.task)
         self.model, self.tokenizer = load_policy(cfg, self.task)
+        # The initial policy's identity: a grid's runs must share it (sweep.py, judge.py).
+        self.warm_start_sha256 = weights_sha256(self.model)
         if cfg.run.fast_kernels:
             use_onednn_linear(self.model)
         self.direct = cfg.run.direct_forward and supports(self.model)
@@ -373,6 +375,7 @@ class Experiment(PolicyTrainer):
         extra.update({
             "histograms": self.buffer.index.histograms(),
             "parameters": c.n_params,
+            "warm_start_sha256": self.warm_start_sha256,
             "steps": c.steps,
             "gen_seconds_per_step": c.gen_seconds / max(c.steps, 1),
             "train_seconds_per_step": c.train_seconds / max(c.steps, 1),

@@ -7,8 +7,9 @@ each mu (the measured one, the accounting values, and each cell's own measured m
 measure, ``judge`` writes one record: every cell's median score at its best learning rate and
 its probability of being best, the bootstrap-mode best cell, whether it is interior to the
 grid, each prediction's nearest cell with its regret (median and interval), the Spearman of
-each prediction's objective J with the measured scores (interval), the split-half gate, and
-the registration judged (its path and the sha256 of its bytes, to find in git history).
+each prediction's objective J with the measured scores (interval), the split-half gate, the
+registration judged and the curves files read (path and sha256 of the bytes of each, to find
+in git history: ``provenance.py``).
 
 Measures: ``auc`` (primary, higher is better): mean accuracy over compute in [0, C(mu)],
 C(mu) = steps (1 + mu / y_max), the compute the cheapest cell spends in the run
@@ -92,6 +93,12 @@ class Registration:
                    float(d["bootstrap"]["interval"]), int(d["bootstrap"]["rng_seed"]),
                    float(d["gate"]["threshold"]), preds, d.get("extrapolate", "none"),
                    path, hashlib.sha256(raw).hexdigest())
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 (hex) of a file's bytes: what a verdict record names it by."""
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
 
 
 def _mu_key(key: str, accounting: tuple) -> str:
@@ -296,6 +303,8 @@ def judge(curves, reg: Registration, calibration_dir: str | None,
     each prediction's objective; None = no Spearman). ``only_complete_seeds``: judge only the
     seeds that finished every run (``complete_seeds``), for an interim verdict."""
     runs = load_grid_runs(curves, reg.loss)
+    read = [{"path": path, "sha256": file_sha256(path)}  # what provenance.py orders against
+            for path in ([curves] if isinstance(curves, str) else curves)]
     if only_complete_seeds:
         runs = complete_seeds(runs)
     if not runs:
@@ -326,7 +335,7 @@ def judge(curves, reg: Registration, calibration_dir: str | None,
             records.append({"mu": mu, "mu_source": key, "budget": budget(mu)
                             if m.name == "auc" else None, "seeds": grid.seeds,
                             "registration": {"path": reg.path, "sha256": reg.sha256},
-                            **rec})
+                            "curves": read, **rec})
     return records
 
 

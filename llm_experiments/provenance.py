@@ -1,15 +1,18 @@
 """Check from git history that each verdict judged a registration committed before its runs.
 
 A pre-registered test is only a test if its predictions were fixed before the data that
-judges them. ``judge`` writes into every verdict record the registration it read (path and
-sha256 of its bytes). For each ``validation*.json`` under a results folder this finds the
-first commit whose copy of that path has that sha256, and the first commit of the curves the
-verdicts came from (``curves.jsonl`` beside the validation, or one folder up for
-``interim/``), and passes when the registration's commit is an ancestor of the curves'.
+judges them. ``judge`` writes into every verdict record the registration it read and the
+curves files it read (path and sha256 of the bytes of each). For each ``validation*.json``
+under a results folder this finds the first commit whose copy of the registration's path has
+that sha256, and for each curves file the first commit of its path (its earliest runs), and
+passes when the registration's commit is an ancestor of every curves file's. Records written
+before ``judge`` named its curves are checked against ``curves.jsonl`` beside the validation
+(one folder up for ``interim/``).
 
-``python -m llm_experiments.provenance [results]``: a table on the terminal; exit status 1
-when some registration came after its runs or matches no commit, 0 otherwise. Validations
-written before ``judge`` recorded the registration are listed as unchecked.
+``python -m llm_experiments.provenance [results]``: a table on the terminal, one line per
+validation and one per curves file; exit status 1 when some registration came after some of
+its runs or matches no commit, 0 otherwise. Validations written before ``judge`` recorded the
+registration are listed as unchecked.
 """
 
 from __future__ import annotations
@@ -23,21 +26,35 @@ import subprocess
 from dataclasses import dataclass
 
 
+# Worst first: a validation's status is the worst of its curves files'.
+CURVES_STATUSES = ("registered after the runs", "curves not committed",
+                   "registered with the runs", "ok")
+
+
+@dataclass(frozen=True)
+class CurvesOrder:
+    """One curves file a validation judged. path: relative to the repository root. commit:
+    first commit of the path, i.e. of its earliest runs ('' = not committed). status: one of
+    ``CURVES_STATUSES`` ('registered with the runs': one commit, no order to see)."""
+
+    path: str
+    commit: str
+    status: str
+
+
 @dataclass(frozen=True)
 class Provenance:
     """One validation file: its registration and the commits that fix the order.
 
-    validation, registration, curves: paths relative to the repository root. reg_commit:
-    first commit holding the judged bytes of the registration ('' = none). curves_commit:
-    first commit of the curves ('' = not committed). status: 'ok', 'registered after the
-    runs', 'registered with the runs' (one commit: no order to see), 'registration never
-    committed', 'curves not committed' or 'unchecked' (no registration recorded)."""
+    validation, registration: paths relative to the repository root. reg_commit: first commit
+    holding the judged bytes of the registration ('' = none). curves: the curves files judged,
+    each with its own order. status: 'unchecked' (no registration recorded), 'registration
+    never committed', or else the worst of the curves files' statuses."""
 
     validation: str
     registration: str
     reg_commit: str
-    curves: str
-    curves_commit: str
+    curves: tuple[CurvesOrder, ...]
     status: str
 
 
@@ -57,36 +74,55 @@ def first_commit_with(root: str, path: str, sha256: str = "") -> str:
     return ""
 
 
+def _relative(root: str, path: str) -> str:
+    return os.path.relpath(path, os.path.abspath(root)) if os.path.isabs(path) else path
+
+
+def _judged_curves(records: list[dict], validation: str) -> list[str]:
+    named = {json.dumps(r.get("curves"), sort_keys=True) for r in records}
+    listed = json.loads(named.pop()) if len(named) == 1 else None
+    if listed:
+        return [c["path"] for c in listed]
+    folder = os.path.dirname(validation)
+    if os.path.basename(folder) == "interim":
+        folder = os.path.dirname(folder)
+    return [os.path.join(folder, "curves.jsonl")]
+
+
+def _order(root: str, reg_commit: str, curves: str) -> CurvesOrder:
+    commit = first_commit_with(root, curves)
+    if not reg_commit:
+        return CurvesOrder(curves, commit, "")
+    if not commit:
+        status = "curves not committed"
+    elif reg_commit == commit:
+        status = "registered with the runs"
+    elif _git(root, "merge-base", "--is-ancestor", reg_commit, commit).returncode == 0:
+        status = "ok"
+    else:
+        status = "registered after the runs"
+    return CurvesOrder(curves, commit, status)
+
+
 def check(root: str, validation: str) -> Provenance:
     """The provenance of one validation file (path relative to ``root``)."""
     with open(os.path.join(root, validation)) as fh:
         records = json.load(fh)
-    folder = os.path.dirname(validation)
-    if os.path.basename(folder) == "interim":
-        folder = os.path.dirname(folder)
-    curves = os.path.join(folder, "curves.jsonl")
-    curves_commit = first_commit_with(root, curves)
     if not (isinstance(records, list) and all(isinstance(r, dict) for r in records)):
         raise ValueError(f"{validation} is not a list of verdict records (judge's output)")
     regs = {json.dumps(r.get("registration"), sort_keys=True) for r in records}
     reg = json.loads(regs.pop()) if len(regs) == 1 else None
-    if not reg or not reg.get("sha256"):
-        return Provenance(validation, "", "", curves, curves_commit, "unchecked")
-    path = reg["path"]
-    if os.path.isabs(path):
-        path = os.path.relpath(path, os.path.abspath(root))
-    reg_commit = first_commit_with(root, path, reg["sha256"])
-    if not reg_commit:
+    path = _relative(root, reg["path"]) if reg and reg.get("sha256") else ""
+    reg_commit = first_commit_with(root, path, reg["sha256"]) if path else ""
+    curves = tuple(_order(root, reg_commit, _relative(root, c))
+                   for c in _judged_curves(records, validation))
+    if not path:
+        status = "unchecked"
+    elif not reg_commit:
         status = "registration never committed"
-    elif not curves_commit:
-        status = "curves not committed"
-    elif reg_commit == curves_commit:
-        status = "registered with the runs"
-    elif _git(root, "merge-base", "--is-ancestor", reg_commit, curves_commit).returncode == 0:
-        status = "ok"
     else:
-        status = "registered after the runs"
-    return Provenance(validation, path, reg_commit, curves, curves_commit, status)
+        status = min((c.status for c in curves), key=CURVES_STATUSES.index)
+    return Provenance(validation, path, reg_commit, curves, status)
 
 
 def check_all(root: str, results: str = "results") -> list[Provenance]:
@@ -107,7 +143,9 @@ def main(argv=None) -> int:
     rows = check_all(a.root, a.results)
     for r in rows:
         print(f"{r.status:>30s}  {r.validation}  registration {r.registration or '-'} "
-              f"@{r.reg_commit[:7] or '-'}  curves @{r.curves_commit[:7] or '-'}")
+              f"@{r.reg_commit[:7] or '-'}")
+        for c in r.curves:
+            print(f"{c.status or '-':>36s}    curves {c.path} @{c.commit[:7] or '-'}")
     bad = [r for r in rows if r.status not in ("ok", "unchecked")]
     return 1 if bad else 0
 

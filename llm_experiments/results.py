@@ -33,6 +33,21 @@ TRAIN_KEYS = ("train_reward", "entropy", "staleness_mean", "replay_ratio_mean",
 TRAIN_EVERY = 5  # keep every 5th step of the training curves
 
 
+def cell_of(settings: dict) -> tuple:
+    """A run's cell: its settings without seed, learning rate and speed settings, sorted."""
+    return tuple(sorted((k, v) for k, v in settings.items()
+                        if k not in (SEED_KEY, LR_KEY, *SPEED_KEYS)))
+
+
+def same_warm_start(a: dict, b: dict) -> bool:
+    """Whether two runs' summaries name the same initial policy: by the warm start's digest
+    where both record it, else (runs from before the digest was recorded) by the eval accuracy
+    at step 0, which differed between the policies trained on different machines."""
+    if a.get("warm_start_sha256") and b.get("warm_start_sha256"):
+        return a["warm_start_sha256"] == b["warm_start_sha256"]
+    return a.get("warm_start_accuracy") == b.get("warm_start_accuracy")
+
+
 @dataclass
 class Run:
     """One finished run: its settings, eval curve, thinned training curve and summary."""
@@ -47,8 +62,7 @@ class Run:
     @property
     def cell(self) -> tuple:
         """Settings without seed, learning rate and speed settings, as a sorted tuple."""
-        return tuple(sorted((k, v) for k, v in self.settings.items()
-                            if k not in (SEED_KEY, LR_KEY, *SPEED_KEYS)))
+        return cell_of(self.settings)
 
     @property
     def seed(self) -> int:

@@ -33,6 +33,7 @@ import io
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -44,6 +45,8 @@ import yaml
 from tqdm import tqdm
 
 from replaytheory.io import atomic_write, write_json
+
+from .results import cell_of, same_warm_start
 
 DEFAULT_COMMAND = [sys.executable, "-m", "llm_experiments", "run"]
 # Where the runs of a sweep execute (``--engine``): local subprocesses or Ray tasks.
@@ -132,16 +135,43 @@ def is_done(run_dir: Path) -> bool:
     return (run_dir / "summary.json").exists()
 
 
-def compacted_run_ids(paths) -> set[str]:
-    """Run ids held in compacted ``curves.jsonl`` files; raises ``ValueError`` for a path that
-    is not a file (a mistyped ``--done-in`` must not silently rerun a whole sweep)."""
-    ids = set()
+WARM_START_KEYS = ("warm_start_sha256", "warm_start_accuracy")
+
+
+def compacted_runs(paths) -> dict[str, tuple[tuple, dict]]:
+    """Runs held in compacted ``curves.jsonl`` files: run id -> (cell, the summary's warm-start
+    fields). Raises ``ValueError`` for a path that is not a file (a mistyped ``--done-in`` must
+    not silently rerun a whole sweep)."""
+    runs = {}
     for path in paths:
         if not os.path.isfile(path):
             raise ValueError(f"done_in: {path!r} is not a file")
         with open(path) as fh:
-            ids.update(json.loads(line)["run_id"] for line in fh if line.strip())
-    return ids
+            for line in fh:
+                if line.strip():
+                    rec = json.loads(line)
+                    summary = rec.get("summary", {})
+                    runs[rec["run_id"]] = (cell_of(rec["settings"]),
+                                           {k: summary.get(k) for k in WARM_START_KEYS})
+    return runs
+
+
+def foreign_warm_start(run: RunSpec, run_dir: Path, compacted: dict) -> str:
+    """'' if the finished run started from the policy of the compacted runs of its cell (or
+    there are none), else why not: a machine whose warm start differs must not add runs to a
+    grid begun elsewhere (``models.cached_warm_start``)."""
+    with open(run_dir / "summary.json") as fh:
+        mine = json.load(fh)
+    cell = cell_of(run.overrides)
+    for rid, (other_cell, theirs) in compacted.items():
+        if other_cell == cell:
+            if same_warm_start(mine, theirs):
+                return ""
+            return (f"warm start differs from the compacted run {rid} of this cell "
+                    f"(step-0 accuracy {mine.get('warm_start_accuracy')} vs "
+                    f"{theirs.get('warm_start_accuracy')}): this machine trains another "
+                    "initial policy; pin one with model.warm_start_path")
+    return ""
 
 
 def _flat_scalars(d: dict, prefix: str = "") -> dict:
@@ -232,7 +262,10 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
             sweep folder must be on storage every node sees). Same result files either way.
         done_in: compacted ``curves.jsonl`` files (``results.compact_sweep``) whose runs count
             as done, so that a sweep continues on a machine that holds only the committed
-            curves of an earlier session, not its run folders.
+            curves of an earlier session, not its run folders. A new run whose initial policy
+            differs from the compacted runs of its cell (``results.same_warm_start``) is
+            failed, its folder set aside as ``<id>.other-warm-start``, and (local engine) no
+            further run starts.
     Returns:
         {"total", "skipped", "compacted", "finished", "failed"}: "skipped" counts every run
         not run now, "compacted" those of them found only in ``done_in``.
@@ -247,15 +280,16 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
     (out / "runs").mkdir(parents=True, exist_ok=True)
     runs = expand(spec)
     write_json(str(out / "sweep.json"), {"spec": spec, "runs": [r.__dict__ for r in runs]})
-    compacted = compacted_run_ids(done_in)
+    compacted = compacted_runs(done_in)
     in_folder = {r.run_id for r in runs if is_done(out / "runs" / r.run_id)}
-    todo = [r for r in runs if r.run_id not in in_folder | compacted]
+    todo = [r for r in runs if r.run_id not in in_folder | compacted.keys()]
     counts = {"total": len(runs), "skipped": len(runs) - len(todo),
-              "compacted": len({r.run_id for r in runs} & compacted - in_folder),
+              "compacted": len({r.run_id for r in runs} & compacted.keys() - in_folder),
               "finished": 0, "failed": 0}
     run_env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
     lock = threading.Lock()
     failures = []
+    stop: list[str] = []  # why no further run starts (the local engine)
 
     def prepare(run: RunSpec):
         run_dir = out / "runs" / run.run_id
@@ -265,6 +299,8 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
         return _command(spec, run, run_dir), log_path
 
     def one(run: RunSpec):
+        if stop:
+            return
         cmd, log_path = prepare(run)
         with open(log_path, "a") as log:
             rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env)
@@ -273,13 +309,21 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
     def finish(run: RunSpec, cmd, log_path, rc: int):
         run_dir = out / "runs" / run.run_id
         with lock:
-            if rc == 0 and is_done(run_dir):
+            foreign = foreign_warm_start(run, run_dir, compacted) \
+                if rc == 0 and is_done(run_dir) else ""
+            if rc == 0 and is_done(run_dir) and not foreign:
                 counts["finished"] += 1
                 write_results(out, collect(out, runs))
             else:
                 counts["failed"] += 1
                 failures.append({"run_id": run.run_id, "returncode": rc, "log": str(log_path),
-                                 "command": cmd})
+                                 "command": cmd, **({"reason": foreign} if foreign else {})})
+            if foreign:  # set aside, not done: a machine with the grid's policy redoes it
+                aside = run_dir.with_name(f"{run.run_id}.other-warm-start")
+                shutil.rmtree(aside, ignore_errors=True)
+                run_dir.rename(aside)
+                stop.append(foreign)
+                print(f"sweep: stopping: {run.run_id}: {foreign}", file=sys.stderr)
             bar.update(1)
 
     bar = tqdm(total=len(runs), initial=counts["skipped"], desc="sweep", unit="run",

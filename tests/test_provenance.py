@@ -22,9 +22,11 @@ def _commit(repo, files: dict, message: str):
     subprocess.run(["git", "-C", str(repo), "commit", "-qm", message], check=True, env=GIT_ENV)
 
 
-def _validation(registration_text: str) -> str:
+def _validation(registration_text: str, curves=None) -> str:
     sha = hashlib.sha256(registration_text.encode()).hexdigest()
     rec = {"registration": {"path": "results/s/prediction.json", "sha256": sha}}
+    if curves:
+        rec["curves"] = [{"path": c, "sha256": "not read by the check"} for c in curves]
     return json.dumps([rec, rec])
 
 
@@ -52,7 +54,7 @@ def test_registration_after_the_runs_fails(repo):
     _commit(repo, {"results/s/interim/validation.json": _validation(REG)}, "judge")
     p = check(str(repo), "results/s/interim/validation.json")
     assert p.status == "registered after the runs"
-    assert p.curves == os.path.join("results", "s", "curves.jsonl")
+    assert [c.path for c in p.curves] == [os.path.join("results", "s", "curves.jsonl")]
     assert main(["--root", str(repo)]) == 1
 
 
@@ -81,3 +83,20 @@ def test_a_registration_in_the_same_commit_as_the_runs_shows_no_order(repo):
                    "results/s/validation.json": _validation(REG)}, "all at once")
     assert check(str(repo), "results/s/validation.json").status == "registered with the runs"
     assert main(["--root", str(repo)]) == 1
+
+
+def test_each_judged_curves_file_is_ordered_and_the_worst_decides(repo):
+    """A grid judged with its extension: registered between the two, it passes for the
+    extension's runs only, and the validation is flagged."""
+    _commit(repo, {"results/s/curves.jsonl": CURVES}, "main grid's runs")
+    _commit(repo, {"results/s/prediction.json": REG}, "register")
+    _commit(repo, {"results/s/curves_ext.jsonl": CURVES}, "extension's runs")
+    both = ["results/s/curves.jsonl", str(repo / "results/s/curves_ext.jsonl")]
+    _commit(repo, {"results/s/validation.json": _validation(REG, both)}, "judge")
+    p = check(str(repo), "results/s/validation.json")
+    assert [(c.path, c.status) for c in p.curves] == [
+        ("results/s/curves.jsonl", "registered after the runs"),
+        ("results/s/curves_ext.jsonl", "ok")]
+    assert p.status == "registered after the runs"
+    _commit(repo, {"results/s/validation.json": _validation(REG, both[1:])}, "judge ext only")
+    assert check(str(repo), "results/s/validation.json").status == "ok"

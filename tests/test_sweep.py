@@ -136,3 +136,21 @@ def test_sweep_continues_from_compacted_curves_on_another_machine(tmp_path):
     assert sorted(r.eval["eval_accuracy"][0] for r in load_runs(str(curves))) == [0, 0, .5, .5]
     with pytest.raises(ValueError, match="done_in"):
         run_sweep(spec, str(new), progress=False, done_in=(str(tmp_path / "typo.jsonl"),))
+
+
+def test_a_machine_with_another_warm_start_stops_instead_of_joining_the_grid(tmp_path):
+    """The compacted runs started from a policy with step-0 accuracy 0.5; the fake runs here
+    record none, as a machine that trained another warm start would record another."""
+    spec = load_spec(write_spec(tmp_path, grid={"run.seed": [0, 1]}))
+    first = [r for r in expand(spec) if r.overrides["run.seed"] == 0]
+    curves = tmp_path / "curves.jsonl"
+    curves.write_text("".join(json.dumps(
+        {"run_id": r.run_id, "settings": r.overrides,
+         "summary": {"warm_start_accuracy": 0.5}}) + "\n" for r in first))
+    out = tmp_path / "sweep"
+    counts = run_sweep(spec, str(out), env={"FAKE_SLEEP": "0"}, progress=False,
+                       done_in=(str(curves),))
+    assert counts["finished"] == 0 and counts["failed"] == 1
+    failure = json.loads((out / "failures.jsonl").read_text())
+    assert "warm start differs" in failure["reason"]
+    assert [d.name.endswith(".other-warm-start") for d in (out / "runs").iterdir()] == [True]

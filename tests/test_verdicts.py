@@ -169,7 +169,11 @@ def test_a_grid_split_over_two_curves_files_is_judged_as_one_and_overlap_is_refu
     ext.write_text("".join(json.dumps(r) + "\n" for r in horizon))
     registration = _bare_registration(tmp_path, draws=20)
     whole = judge("tests/fixtures/tiny_sweep/curves.jsonl", registration, None)
-    assert judge([str(main), str(ext)], registration, None) == whole
+    split = judge([str(main), str(ext)], registration, None)
+    assert [r.pop("curves") for r in split][0] == [
+        {"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        for p in (main, ext)]
+    assert split == [{k: v for k, v in r.items() if k != "curves"} for r in whole]
     assert len(load_grid_runs([str(main), str(ext)], "grpo")) == len(
         load_grid_runs("tests/fixtures/tiny_sweep/curves.jsonl", "grpo"))
     with pytest.raises(ValueError, match="repeats"):
