@@ -41,7 +41,7 @@ from replaytheory.noise import EXTRAPOLATIONS
 from replaytheory.verdicts import bootstrap_verdict, gate_distribution, regret_gain, regret_ratio
 
 from .cells import kind, xy
-from .results import Run, by_cell, load_runs
+from .results import Run, by_cell, load_runs, same_warm_start
 from .validation import VARIANTS, load_probes, predict, smoothness
 
 MEASURED = "measured"
@@ -263,6 +263,7 @@ def interior(grid: SweepGrid, i: int) -> dict:
     return {"x": bool(hs.min() < grid.horizons[i] < hs.max()),
             "y": bool(ys.min() < grid.ratios[i] < ys.max())}
 
+
 def complete_seeds(runs: list[Run]) -> list[Run]:
     """The runs of the seeds that finished every (cell, learning rate) any seed finished.
 
@@ -279,7 +280,8 @@ def complete_seeds(runs: list[Run]) -> list[Run]:
 def load_grid_runs(curves, loss: str) -> list[Run]:
     """The runs of loss ``loss`` in one ``curves.jsonl`` or several (a grid and its registered
     extension, e.g. ``cpu_sweep_v2``'s x = 256); ValueError if two files hold the same
-    (cell, learning rate, seed), which would otherwise overwrite each other silently."""
+    (cell, learning rate, seed), which would otherwise overwrite each other silently, or if
+    the runs started from different warm starts (``results.same_warm_start``)."""
     paths = [curves] if isinstance(curves, str) else list(curves)
     runs, seen = [], {}
     for path in paths:
@@ -292,6 +294,14 @@ def load_grid_runs(curves, loss: str) -> list[Run]:
                                  f"cell, lr {r.lr:g} and seed {r.seed}")
             seen[key] = f"{r.run_id} ({path})"
             runs.append(r)
+    first = runs[0] if runs else None
+    other = [r for r in runs if not same_warm_start(first.summary, r.summary)]
+    if other:  # seeds are exchangeable draws only from one initial policy
+        raise ValueError(
+            f"the grid mixes initial policies: {len(other)} of {len(runs)} runs (e.g. "
+            f"{other[0].run_id}, step-0 accuracy {other[0].summary.get('warm_start_accuracy')})"
+            f" differ from {first.run_id} (step-0 accuracy "
+            f"{first.summary.get('warm_start_accuracy')}); judge each policy's runs apart")
     return runs
 
 

@@ -54,9 +54,11 @@ def grid_spec(prediction: dict, seeds: int) -> dict:
 
 
 def verify(prediction_path: str, out: str, *, seeds: int = 3, workers: int = 2,
-           progress: bool = True) -> list[dict]:
+           progress: bool = True, done_in: tuple[str, ...] = ()) -> list[dict]:
     """Run (or continue) the grid and write ``out/validation.json`` (``validation_name``);
-    returns its records."""
+    returns its records. ``done_in``: committed compacted curves of this grid (e.g. from a
+    machine that is gone): their runs are not rerun and join ``out/curves.jsonl``
+    (``sweep.run_sweep``)."""
     if not isinstance(seeds, int) or seeds < 2:
         raise ValueError(f"--seeds must be an integer >= 2 (the gate splits the seeds in "
                          f"two halves), got {seeds!r}")
@@ -69,12 +71,12 @@ def verify(prediction_path: str, out: str, *, seeds: int = 3, workers: int = 2,
                          f"written by predict: {exc!r}") from None
     runs_dir = os.path.join(out, "runs")
     counts = run_sweep(grid_spec(prediction, seeds), runs_dir, workers=workers,
-                       progress=progress)
+                       progress=progress, done_in=done_in)
     if counts["failed"]:
         raise RuntimeError(f"{counts['failed']} run(s) failed: see {runs_dir}/logs and "
                            f"{runs_dir}/failures.jsonl; rerun to retry them")
     curves = os.path.join(out, "curves.jsonl")
-    compact_sweep(runs_dir, curves)
+    compact_sweep(runs_dir, curves, keep=done_in)
     cal_dir = os.path.join(os.path.dirname(prediction_path), "calibration")
     has_probes = bool(glob.glob(os.path.join(cal_dir, "runs", "*", "probes.npz")) or
                       glob.glob(os.path.join(cal_dir, "*.npz")))
@@ -102,9 +104,13 @@ def main(argv=None) -> int:
                    "validation.json (rerun to continue)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per cell (>= 2, default 3)")
     p.add_argument("--workers", type=int, default=2, help="runs at a time (default 2)")
+    p.add_argument("--done-in", nargs="+", default=[], metavar="CURVES",
+                   help="committed curves.jsonl of this grid: their runs are kept, not rerun "
+                        "(continue on another machine)")
     a = p.parse_args(argv)
     try:
-        records = verify(a.prediction, a.out, seeds=a.seeds, workers=a.workers)
+        records = verify(a.prediction, a.out, seeds=a.seeds, workers=a.workers,
+                         done_in=tuple(a.done_in))
     except (ValueError, RuntimeError) as exc:
         print(f"llm_experiments verify: error: {exc}", file=sys.stderr)
         return 2

@@ -543,13 +543,20 @@ def _minimise_in_box(evaluate, box: _SearchBox) -> _BoxOptimum:
 
 
 def _finite_notes(noise, opt: _BoxOptimum, box: _SearchBox, *, lr, eta: float, r: float,
-                  big_l: float, kappa: float) -> list[str]:
+                  big_l: float, kappa: float, x_measured: float = math.inf) -> list[str]:
     """Caveats of a finite-step design: A3 (``a3_notes``), an optimum on the edge of the
-    search box, an optimised step size eta on the theorem's limit (theory.md section 4.4)."""
+    search box or at the longest measured horizon ``x_measured``, an optimised step size eta
+    on the theorem's limit (theory.md section 4.4)."""
     x, y = opt.horizon, opt.replay_ratio
     notes = list(a3_notes(noise))
+    if box.x_hi == x_measured and x >= x_measured * (1 - 1e-6):
+        notes.append(f"the optimum sits at the longest measured horizon ({x_measured:g} "
+                     "steps): the table cannot tell whether a longer horizon is better; "
+                     "measure longer staleness or use a parametric model")
     for name, val, lo_, hi_ in (("horizon", x, box.x_lo, box.x_hi),
                                 ("replay_ratio", y, box.y_lo, box.y_hi)):
+        if name == "horizon" and hi_ == x_measured and val >= hi_ * (1 - 1e-6):
+            continue  # said above
         if val <= lo_ * (1 + 1e-6) or val >= hi_ * (1 - 1e-6):
             notes.append(f"{name} optimum lies on the edge of its search range "
                          f"[{lo_:g}, {hi_:g}]: widen it")
@@ -585,6 +592,10 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
     args = _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, average)
     mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr = args
     box = _check_search_box(horizon_range, replay_range)
+    # As in the asymptotic design: a table knows nothing past its longest staleness.
+    x_max = float(getattr(noise, "max_horizon", math.inf))
+    if box.x_lo < x_max < box.x_hi:
+        box = _check_search_box((box.x_lo, x_max), (box.y_lo, box.y_hi))
 
     def evaluate(x, y):
         return _finite_bound(x, y, *args)
@@ -601,7 +612,8 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
                                noise=noise, average=avg)
     on_val, _ = evaluate(1.0, 1.0)
     on_val = float(on_val)
-    notes = _finite_notes(noise, opt, box, lr=lr, eta=eta, r=r, big_l=big_l, kappa=kappa)
+    notes = _finite_notes(noise, opt, box, lr=lr, eta=eta, r=r, big_l=big_l, kappa=kappa,
+                          x_measured=x_max)
     return FiniteLRDesign(horizon=x, replay_ratio=y, lr=eta, batch_size=b,
                           rollouts_per_step=r, buffer_size=n, steps=steps, bound=result,
                           on_policy_bound=on_val,

@@ -228,3 +228,16 @@ def test_optimal_horizon_with_a_cap_is_the_capped_optimum(y, rho, alpha, x_max):
     free = (1 - 2 * alpha) / (2 * alpha * (1 / y + rho))
     x = optimal_horizon(y, mu=5.0, rho=rho, noise=PowerLawNoise(alpha), x_max=x_max)
     assert x == pytest.approx(min(free, x_max), rel=1e-6)
+
+
+def test_finite_lr_design_stays_inside_a_measured_table_unless_extrapolated():
+    """A falling table pushes x* to the far end; a table says nothing past its staleness."""
+    staleness, sigma2 = [0.0, 1.0, 2.0, 3.0], [4.0, 3.0, 2.0, 1.0]
+    common = dict(batch_size=16, smoothness=1.0, kappa=0.0, f0=1.0, budget=1e4)
+    capped = finite_lr_design(2.0, 0.1, TabulatedNoise(staleness, sigma2), **common)
+    assert 1.0 <= capped.horizon <= 4.0 * (1 + 1e-9)
+    assert any("longest measured horizon (4 steps)" in n for n in capped.notes)
+    assert not any("horizon optimum lies on the edge" in n for n in capped.notes)
+    free = finite_lr_design(2.0, 0.1, TabulatedNoise(staleness, sigma2, extrapolate="hold_last"),
+                            **common)
+    assert free.horizon > 4.0

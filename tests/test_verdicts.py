@@ -178,3 +178,15 @@ def test_a_grid_split_over_two_curves_files_is_judged_as_one_and_overlap_is_refu
         load_grid_runs("tests/fixtures/tiny_sweep/curves.jsonl", "grpo"))
     with pytest.raises(ValueError, match="repeats"):
         load_grid_runs([str(main), str(ext), str(ext)], "grpo")
+
+
+def test_a_grid_from_two_initial_policies_is_refused(tmp_path):
+    """Runs continued on a machine that trained another warm start are not more seeds."""
+    from llm_experiments.judge import load_grid_runs
+    rows = [json.loads(line) for line in open("tests/fixtures/tiny_sweep/curves.jsonl")]
+    grpo = [r for r in rows if r["settings"]["trainer.loss"] == "grpo"]
+    grpo[-1]["summary"]["warm_start_accuracy"] = 0.26
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match="mixes initial policies: 1 of"):
+        load_grid_runs(str(mixed), "grpo")

@@ -59,6 +59,17 @@ def test_predict_writes_a_registration_that_brackets_every_prediction(tmp_path):
     again = verify(str(tmp_path / "p" / "prediction.json"), str(tmp_path / "v"), seeds=2,
                    workers=1, progress=False)
     assert json.dumps(again) == json.dumps(records)
+    # another machine, holding only the committed curves, reruns nothing and judges the same
+    import shutil
+    committed = tmp_path / "committed_curves.jsonl"
+    shutil.copy(tmp_path / "v" / "curves.jsonl", committed)
+    elsewhere = verify(str(tmp_path / "p" / "prediction.json"), str(tmp_path / "w"), seeds=2,
+                       workers=1, progress=False, done_in=(str(committed),))
+    assert not any((tmp_path / "w" / "runs" / "runs").iterdir())
+
+    def without_curves(recs):
+        return [{k: v for k, v in r.items() if k != "curves"} for r in recs]
+    assert without_curves(elsewhere) == without_curves(records)
     assert main(["--prediction", str(tmp_path / "p" / "prediction.json"), "--out",
                  str(tmp_path / "v"), "--seeds", "1"]) == 2
 
