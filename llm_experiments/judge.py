@@ -70,6 +70,9 @@ class Registration:
     # exact registration was committed before the runs.
     path: str = ""
     sha256: str = ""
+    # The calibration's initial policy ({"warm_start_sha256", "warm_start_accuracy"}; None in
+    # registrations from before predict recorded it): the grid's runs must share it.
+    warm_start: dict | None = None
 
     def __post_init__(self):
         choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
@@ -92,7 +95,7 @@ class Registration:
                    tuple(d.get("secondary_targets", ())), int(d["bootstrap"]["draws"]),
                    float(d["bootstrap"]["interval"]), int(d["bootstrap"]["rng_seed"]),
                    float(d["gate"]["threshold"]), preds, d.get("extrapolate", "none"),
-                   path, hashlib.sha256(raw).hexdigest())
+                   path, hashlib.sha256(raw).hexdigest(), d.get("warm_start"))
 
 
 def file_sha256(path: str) -> str:
@@ -320,6 +323,12 @@ def judge(curves, reg: Registration, calibration_dir: str | None,
     if not runs:
         raise ValueError(f"{curves} holds no finished run of loss {reg.loss!r}"
                          + (" in a complete seed" if only_complete_seeds else ""))
+    if reg.warm_start and not same_warm_start(reg.warm_start, runs[0].summary):
+        raise ValueError(f"the runs started from another policy than the registration's "
+                         f"calibration ({runs[0].run_id}: step-0 accuracy "
+                         f"{runs[0].summary.get('warm_start_accuracy')}, registration "
+                         f"{reg.warm_start.get('warm_start_accuracy')}): the prediction is not "
+                         "about these runs; pin the policy (model.warm_start_path)")
     grid = SweepGrid.of(runs)
     if len(grid.seeds) < 2:
         raise ValueError(f"a verdict needs at least 2 seeds (the seed bootstrap and the "

@@ -152,8 +152,24 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
                         "rho_eff": cal.coupling.rho_eff, "smoothness_L": big_l, "f0": f0,
                         "notes": list(cal.notes)}}
     registration["primary_measure"]["budget_replay_ratio"] = max(registration["replay_ratios"])
+    registration["warm_start"] = calibration_warm_start(cal_dir)
     write_json(os.path.join(out, "prediction.json"), registration)
     return registration
+
+
+def calibration_warm_start(cal_dir: str) -> dict:
+    """The initial policy of the calibration runs in ``cal_dir`` (their summaries'
+    ``warm_start_sha256`` and ``warm_start_accuracy``), which ``judge`` requires of the grid's
+    runs; ValueError if the runs disagree."""
+    seen = []
+    for path in sorted(glob.glob(os.path.join(cal_dir, "runs", "*", "summary.json"))):
+        with open(path) as fh:
+            summary = json.load(fh)
+        seen.append({k: summary.get(k) for k in ("warm_start_sha256", "warm_start_accuracy")})
+    if not seen or any(s != seen[0] for s in seen):
+        raise ValueError(f"the calibration runs in {cal_dir} name no single initial policy: "
+                         f"{seen}")
+    return seen[0]
 
 
 def _calibrated(paths: list):

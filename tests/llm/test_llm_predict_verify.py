@@ -70,6 +70,14 @@ def test_predict_writes_a_registration_that_brackets_every_prediction(tmp_path):
     def without_curves(recs):
         return [{k: v for k, v in r.items() if k != "curves"} for r in recs]
     assert without_curves(elsewhere) == without_curves(records)
+    # the registration names its calibration's initial policy; runs from another are refused
+    assert len(pred["warm_start"]["warm_start_sha256"]) == 64
+    from llm_experiments.judge import judge
+    foreign = dict(pred, warm_start={"warm_start_sha256": "0" * 64, "warm_start_accuracy": -1})
+    (tmp_path / "p" / "prediction_foreign.json").write_text(json.dumps(foreign))
+    with pytest.raises(ValueError, match="another policy than the registration's calibration"):
+        judge(str(committed), Registration.load(str(tmp_path / "p" / "prediction_foreign.json")),
+              None)
     assert main(["--prediction", str(tmp_path / "p" / "prediction.json"), "--out",
                  str(tmp_path / "v"), "--seeds", "1"]) == 2
 
