@@ -117,6 +117,8 @@ _SHAPE = {"hidden_size": "hidden_size", "layers": "num_hidden_layers", "heads":
 
 
 def _load_tiny(cfg: Config, task):
+    """(model, tokenizer) of the tiny model's warm start, checked against the config's shape
+    and pinned digest; ValueError names the field that does not match."""
     m = cfg.model
     path = m.warm_start_path or cached_warm_start(cfg, task)
     if not os.path.isfile(os.path.join(path, "config.json")):
@@ -184,7 +186,9 @@ def export_warm_start(cfg: Config, out_dir: str) -> str:
     if os.path.exists(out_dir):
         raise ValueError(f"out={out_dir!r} exists; export writes a new folder")
     model, tokenizer = _load_tiny(cfg, make_task(cfg.task))
-    tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out_dir)), prefix=".tmp-")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     os.rename(tmp, out_dir)
