@@ -78,15 +78,25 @@ def _relative(root: str, path: str) -> str:
     return os.path.relpath(path, os.path.abspath(root)) if os.path.isabs(path) else path
 
 
-def _judged_curves(records: list[dict], validation: str) -> list[str]:
-    named = {json.dumps(r.get("curves"), sort_keys=True) for r in records}
-    listed = json.loads(named.pop()) if len(named) == 1 else None
-    if listed:
-        return [c["path"] for c in listed]
+def _judged_curves(root: str, records: list[dict], validation: str) -> list[str]:
+    """The curves files the records name, relative to ``root``. A file judged where it was
+    made (``verify``'s sweep folder, never committed) is looked for under the same name beside
+    the validation, where the README's workflow copies it."""
     folder = os.path.dirname(validation)
     if os.path.basename(folder) == "interim":
         folder = os.path.dirname(folder)
-    return [os.path.join(folder, "curves.jsonl")]
+    named = {json.dumps(r.get("curves"), sort_keys=True) for r in records}
+    listed = json.loads(named.pop()) if len(named) == 1 else None
+    if not listed:
+        return [os.path.join(folder, "curves.jsonl")]
+    paths = []
+    for c in listed:
+        path = _relative(root, c["path"])
+        beside = os.path.join(folder, os.path.basename(path))
+        if not first_commit_with(root, path) and first_commit_with(root, beside):
+            path = beside
+        paths.append(path)
+    return paths
 
 
 def _order(root: str, reg_commit: str, curves: str) -> CurvesOrder:
@@ -114,8 +124,8 @@ def check(root: str, validation: str) -> Provenance:
     reg = json.loads(regs.pop()) if len(regs) == 1 else None
     path = _relative(root, reg["path"]) if reg and reg.get("sha256") else ""
     reg_commit = first_commit_with(root, path, reg["sha256"]) if path else ""
-    curves = tuple(_order(root, reg_commit, _relative(root, c))
-                   for c in _judged_curves(records, validation))
+    curves = tuple(_order(root, reg_commit, c)
+                   for c in _judged_curves(root, records, validation))
     if not path:
         status = "unchecked"
     elif not reg_commit:

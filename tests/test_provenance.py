@@ -100,3 +100,14 @@ def test_each_judged_curves_file_is_ordered_and_the_worst_decides(repo):
     assert p.status == "registered after the runs"
     _commit(repo, {"results/s/validation.json": _validation(REG, both[1:])}, "judge ext only")
     assert check(str(repo), "results/s/validation.json").status == "ok"
+
+
+def test_curves_judged_in_the_sweep_folder_are_found_where_they_were_committed(repo):
+    """verify judges sweeps/NAME/curves.jsonl (never committed); the copy beside the
+    validation is the committed one."""
+    _commit(repo, {"results/s/prediction.json": REG}, "register")
+    _commit(repo, {"results/s/curves.jsonl": CURVES}, "runs")
+    _commit(repo, {"results/s/validation.json": _validation(REG, ["sweeps/s/curves.jsonl"])},
+            "judge")
+    p = check(str(repo), "results/s/validation.json")
+    assert [(c.path, c.status) for c in p.curves] == [("results/s/curves.jsonl", "ok")]
