@@ -35,6 +35,7 @@ from replaytheory.noise import EXTRAPOLATIONS
 from .config import load_config, parse_override
 from .judge import probe_paths
 from .losses import RATIO_LOSSES
+from .results import warm_start_of
 from .sweep import run_sweep
 from .validation import ACCOUNTING_MUS, VARIANTS, load_probes, predict, smoothness
 
@@ -165,7 +166,7 @@ def calibration_warm_start(cal_dir: str) -> dict:
     for path in sorted(glob.glob(os.path.join(cal_dir, "runs", "*", "summary.json"))):
         with open(path) as fh:
             summary = json.load(fh)
-        seen.append({k: summary.get(k) for k in ("warm_start_sha256", "warm_start_accuracy")})
+        seen.append(warm_start_of(summary))
     if not seen or any(s != seen[0] for s in seen):
         raise ValueError(f"the calibration runs in {cal_dir} name no single initial policy: "
                          f"{seen}")

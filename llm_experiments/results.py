@@ -39,6 +39,14 @@ def cell_of(settings: dict) -> tuple:
                         if k not in (SEED_KEY, LR_KEY, *SPEED_KEYS)))
 
 
+WARM_START_KEYS = ("warm_start_sha256", "warm_start_accuracy")
+
+
+def warm_start_of(summary: dict) -> dict:
+    """A run summary's initial-policy fields (``WARM_START_KEYS``; None where absent)."""
+    return {k: summary.get(k) for k in WARM_START_KEYS}
+
+
 def same_warm_start(a: dict, b: dict) -> bool:
     """Whether two runs' summaries name the same initial policy: by the warm start's digest
     where both record it, else (runs from before the digest was recorded) by the eval accuracy

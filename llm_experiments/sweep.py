@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from replaytheory.io import atomic_write, write_json
 
-from .results import cell_of, same_warm_start
+from .results import cell_of, same_warm_start, warm_start_of
 
 DEFAULT_COMMAND = [sys.executable, "-m", "llm_experiments", "run"]
 # Where the runs of a sweep execute (``--engine``): local subprocesses or Ray tasks.
@@ -135,9 +135,6 @@ def is_done(run_dir: Path) -> bool:
     return (run_dir / "summary.json").exists()
 
 
-WARM_START_KEYS = ("warm_start_sha256", "warm_start_accuracy")
-
-
 def compacted_runs(paths) -> dict[str, tuple[tuple, dict]]:
     """Runs held in compacted ``curves.jsonl`` files: run id -> (cell, the summary's warm-start
     fields). Raises ``ValueError`` for a path that is not a file (a mistyped ``--done-in`` must
@@ -150,9 +147,8 @@ def compacted_runs(paths) -> dict[str, tuple[tuple, dict]]:
             for line in fh:
                 if line.strip():
                     rec = json.loads(line)
-                    summary = rec.get("summary", {})
                     runs[rec["run_id"]] = (cell_of(rec["settings"]),
-                                           {k: summary.get(k) for k in WARM_START_KEYS})
+                                           warm_start_of(rec.get("summary", {})))
     return runs
 
 

@@ -305,6 +305,14 @@ def optimal_design(mu: float, rho: float, noise: NoiseModel, *, average: str | N
                       notes=notes)
 
 
+def _measured_edge_note(x_max: float) -> str:
+    """The caveat of an optimum at a measured noise table's longest horizon ``x_max`` (steps;
+    theory.md section 4.6): a lower bound, not an optimum."""
+    return (f"the optimum sits at the longest measured horizon ({x_max:g} steps): the table "
+            "cannot tell whether a longer horizon is better; measure longer staleness or use "
+            "a parametric model")
+
+
 def _optimum(mu, rho, noise, avg, method, notes):
     """(x*, y*) by the closed form or numerically (section 5); appends caveats to notes."""
     if method == "closed_form":
@@ -313,9 +321,7 @@ def _optimum(mu, rho, noise, avg, method, notes):
         x_max = float(getattr(noise, "max_horizon", math.inf))
         x = _numeric_optimum(mu, rho, noise, avg, x_max)
         if math.isfinite(x_max) and x >= x_max:
-            notes.append(f"the optimum sits at the longest measured horizon ({x_max:g} steps): "
-                         "the table cannot tell whether a longer horizon is better; measure "
-                         "longer staleness or use a parametric model")
+            notes.append(_measured_edge_note(x_max))
         if x == 0.0:
             y = 0.0
         elif math.isinf(x):
@@ -549,14 +555,14 @@ def _finite_notes(noise, opt: _BoxOptimum, box: _SearchBox, *, lr, eta: float, r
     on the theorem's limit (theory.md section 4.4)."""
     x, y = opt.horizon, opt.replay_ratio
     notes = list(a3_notes(noise))
-    if box.x_hi == x_measured and x >= x_measured * (1 - 1e-6):
-        notes.append(f"the optimum sits at the longest measured horizon ({x_measured:g} "
-                     "steps): the table cannot tell whether a longer horizon is better; "
-                     "measure longer staleness or use a parametric model")
+    # The box's x edge is the table's, not a search choice: say that, not "widen it".
+    at_table_edge = box.x_hi == x_measured and x >= x_measured * (1 - 1e-6)
+    if at_table_edge:
+        notes.append(_measured_edge_note(x_measured))
     for name, val, lo_, hi_ in (("horizon", x, box.x_lo, box.x_hi),
                                 ("replay_ratio", y, box.y_lo, box.y_hi)):
-        if name == "horizon" and hi_ == x_measured and val >= hi_ * (1 - 1e-6):
-            continue  # said above
+        if name == "horizon" and at_table_edge:
+            continue
         if val <= lo_ * (1 + 1e-6) or val >= hi_ * (1 - 1e-6):
             notes.append(f"{name} optimum lies on the edge of its search range "
                          f"[{lo_:g}, {hi_:g}]: widen it")
