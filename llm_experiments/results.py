@@ -142,13 +142,16 @@ def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
             "summary": {k: val for k, val in summary.items() if k != "histograms"}}
 
 
-def compact_sweep(sweep_dirs, out_path: str, keep=()) -> int:
+def compact_sweep(sweep_dirs, out_path: str, keep=(), grid_only: bool = False) -> int:
     """Write ``curves.jsonl`` for every finished run of one sweep folder or several (e.g.
     more seeds of a grid run later); returns the count.
 
     ``keep``: compacted curves files whose records are carried over first, in their order,
     unless the sweep folders hold the same run id (a sweep continued with ``--done-in`` on a
     machine without the earlier run folders). ``out_path`` may be one of them.
+    ``grid_only``: carry over only the kept records whose run id belongs to the sweep folders'
+    grids (a grid that reuses the identical runs of another sweep takes those, not the rest
+    of that sweep).
     """
     kept: dict[str, str] = {}
     for path in keep:
@@ -156,16 +159,18 @@ def compact_sweep(sweep_dirs, out_path: str, keep=()) -> int:
             for line in fh:
                 if line.strip():
                     kept.setdefault(json.loads(line)["run_id"], line.strip())
-    lines, fresh = [], set()
+    lines, fresh, grid = [], set(), set()
     for sweep_dir in [sweep_dirs] if isinstance(sweep_dirs, str) else sweep_dirs:
         with open(os.path.join(sweep_dir, "sweep.json")) as fh:
             runs = json.load(fh)["runs"]
+        grid |= {r["run_id"] for r in runs}
         for r in runs:
             run_dir = os.path.join(sweep_dir, "runs", r["run_id"])
             if os.path.exists(os.path.join(run_dir, "summary.json")):
                 lines.append(json.dumps(compact_run(run_dir, r["run_id"], r["overrides"])))
                 fresh.add(r["run_id"])
-    lines = [line for rid, line in kept.items() if rid not in fresh] + lines
+    lines = [line for rid, line in kept.items()
+             if rid not in fresh and (rid in grid or not grid_only)] + lines
     atomic_write(out_path, lambda fh: fh.write("\n".join(lines) + "\n"))
     return len(lines)
 
@@ -257,6 +262,8 @@ def main(argv=None) -> int:
     p.add_argument("--keep", nargs="+", default=[], metavar="CURVES",
                    help="compacted curves whose runs are carried over unless the sweep "
                         "folders hold them (may name --out itself)")
+    p.add_argument("--grid-only", action="store_true",
+                   help="carry over only the --keep runs that belong to the sweeps' grids")
     a = p.parse_args(argv)
     for d in a.sweep:
         if not os.path.isfile(os.path.join(d, "sweep.json")):
@@ -266,7 +273,8 @@ def main(argv=None) -> int:
     for path in a.keep:
         if not os.path.isfile(path):
             p.error(f"--keep {path!r} is not a file")
-    print(f"{compact_sweep(a.sweep, a.out, keep=a.keep)} runs -> {a.out}")
+    print(f"{compact_sweep(a.sweep, a.out, keep=a.keep, grid_only=a.grid_only)} runs -> "
+          f"{a.out}")
     if a.histograms:
         print(f"{compact_histograms(a.sweep[0], a.histograms)} runs -> {a.histograms}")
     return 0

@@ -154,3 +154,30 @@ def test_a_machine_with_another_warm_start_stops_instead_of_joining_the_grid(tmp
     failure = json.loads((out / "failures.jsonl").read_text())
     assert "warm start differs" in failure["reason"]
     assert [d.name.endswith(".other-warm-start") for d in (out / "runs").iterdir()] == [True]
+
+
+def test_a_grid_reuses_the_identical_runs_of_another_sweep(tmp_path):
+    """A new grid sharing some runs (same overrides, hence same ids) with an earlier sweep
+    skips them (--done-in) and, compacted with ``grid_only``, takes those and no others."""
+    from llm_experiments.results import compact_sweep, load_runs
+
+    earlier = load_spec(write_spec(tmp_path, grid={"seed": [0]}))  # horizons 1 and 4
+    old = tmp_path / "earlier"
+    run_sweep(earlier, str(old), env={"FAKE_SLEEP": "0"}, progress=False)
+    for run_dir in (old / "runs").iterdir():
+        _finish_like_the_harness(run_dir, 0)
+    old_curves = tmp_path / "earlier.jsonl"
+    assert compact_sweep(str(old), str(old_curves)) == 2
+
+    spec = load_spec(write_spec(tmp_path, grid={"seed": [0]},
+                                cells=[{"buffer.horizon": 4}, {"buffer.horizon": 16}]))
+    new = tmp_path / "new"
+    counts = run_sweep(spec, str(new), env={"FAKE_SLEEP": "0"}, progress=False,
+                       done_in=(str(old_curves),))
+    assert (counts["compacted"], counts["finished"]) == (1, 1)
+    for run_dir in (new / "runs").iterdir():
+        _finish_like_the_harness(run_dir, 0)
+    curves = tmp_path / "curves.jsonl"
+    assert compact_sweep(str(new), str(curves), keep=[str(old_curves)], grid_only=True) == 2
+    assert sorted(r.settings["buffer.horizon"] for r in load_runs(str(curves))) == [4, 16]
+    assert compact_sweep(str(new), str(curves), keep=[str(old_curves)]) == 3
