@@ -112,6 +112,8 @@ class GoalRow:
     y_best: float
     regret: dict | None
     spearman: dict | None
+    # (cell, regret record) of cells as near the prediction as ``cell`` (judge.SweepGrid.tied)
+    tied: tuple = ()
 
     @property
     def y_factor(self) -> float:
@@ -143,7 +145,8 @@ def goal_rows(named: dict[str, list[dict]]) -> list[GoalRow]:
                 rows.append(GoalRow(name, mu_label(r), r["gate_spearman"], r["gate_passed"],
                                     r["best_cell"], r["best_probability"], v, d["cell"],
                                     max(float(d["y_star"]), 1.0), float(best["replay_ratio"]),
-                                    d["regret"], d["spearman"]))
+                                    d["regret"], d["spearman"],
+                                    tuple((t["cell"], t["regret"]) for t in d.get("tied", ()))))
     return rows
 
 
@@ -153,14 +156,16 @@ def goal_table(rows: list[GoalRow]) -> str:
              "section 10.9)", "",
              f"Goal: predicted y within {GOAL_Y_FACTOR:g}x of the bootstrap-mode best cell's y, "
              f"regret median <= {GOAL_REGRET:.0%}, Spearman median >= {GOAL_SPEARMAN:g}, "
-             "split-half gate passed. y* is the continuous prediction, floored at 1. "
+             "split-half gate passed. y* is the continuous prediction, floored at 1. A cell "
+             "as near the prediction as the judged one is shown beside it (tied). "
              "Met: the criteria met, of y / regret / Spearman / gate.", "",
              "| setting | mu | gate | best cell (P) | prediction | its cell | y* | best y | "
              "regret | Spearman | met |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         met = [k for k, ok in row.goals_met.items() if ok]
+        cell = row.cell + "".join(f" (tied: {c}, regret {_fmt(r)})" for c, r in row.tied)
         lines.append(f"| {row.setting} | {row.mu} | {row.gate:.2f} | {row.best_cell} "
-                     f"({row.best_probability:.2f}) | {row.variant} | {row.cell} | "
+                     f"({row.best_probability:.2f}) | {row.variant} | {cell} | "
                      f"{row.y_star:.2f} | {row.y_best:g} | {_fmt(row.regret)} | "
                      f"{_fmt(row.spearman)} | {len(met)}/4 {' '.join(met)} |")
     return "\n".join(lines) + "\n"

@@ -6,7 +6,8 @@ the primary measure, the secondary targets, the bootstrap and the predictions to
 each mu (the measured one, the accounting values, and each cell's own measured mu) and each
 measure, ``judge`` writes one record: every cell's median score at its best learning rate and
 its probability of being best, the bootstrap-mode best cell, whether it is interior to the
-grid, each prediction's nearest cell with its regret (median and interval), the Spearman of
+grid, each prediction's nearest cell with its regret (median and interval; a cell equally
+near, as x* = 8 is to horizons 4 and 16, is reported beside it with its own), the Spearman of
 each prediction's objective J with the measured scores (interval), the split-half gate, the
 registration judged and the curves files read (path and sha256 of the bytes of each, to find
 in git history: ``provenance.py``).
@@ -166,13 +167,27 @@ class SweepGrid:
 
     def nearest(self, x: float, y: float) -> int:
         """The grid cell nearest (x, y) in (log x, log y); on-policy if x < 1 (the
-        prediction is on-policy: a horizon under one step)."""
+        prediction is on-policy: a horizon under one step). Of cells at the same distance up
+        to rounding (``tied``), the exactly nearest in floating point (the registered rule)."""
         if x < 1 and self.on_policy >= 0:
             return self.on_policy
         grid = [i for i in range(len(self.cells)) if i != self.on_policy]
-        d = [(math.log(self.horizons[i] / x)) ** 2 + (math.log(self.ratios[i] / y)) ** 2
-             for i in grid]
-        return grid[int(np.argmin(d))]
+        return grid[int(np.argmin(self._log_distances(x, y, grid)))]
+
+    def tied(self, x: float, y: float) -> list[int]:
+        """The other cells as near (x, y) as ``nearest`` up to rounding (relative 1e-9), e.g.
+        x* = 8 between horizons 4 and 16: their regrets are reported beside the verdict's."""
+        first = self.nearest(x, y)
+        if first == self.on_policy:
+            return []
+        grid = [i for i in range(len(self.cells)) if i != self.on_policy]
+        d = self._log_distances(x, y, grid)
+        return [i for i, di in zip(grid, d) if i != first
+                and math.isclose(di, d.min(), rel_tol=1e-9, abs_tol=1e-12)]
+
+    def _log_distances(self, x: float, y: float, cells: list[int]) -> np.ndarray:
+        return np.array([(math.log(self.horizons[i] / x)) ** 2
+                         + (math.log(self.ratios[i] / y)) ** 2 for i in cells])
 
     def mu_of_cell(self) -> dict:
         """Each cell's own measured mu: the median of its runs' ``mu_measured``."""
@@ -216,8 +231,10 @@ def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.nd
     candidates = np.ones(len(grid.cells), bool)
     preds = {v: grid.nearest(*reg.predictions[v][mu_key]) for v in reg.predictions
              if mu_key in reg.predictions[v]}
+    ties = {f"{v} tie {k}": i for v in preds
+            for k, i in enumerate(grid.tied(*reg.predictions[v][mu_key]))}
     regret = regret_gain(baseline) if measure.better == "max" else regret_ratio
-    verdict = bootstrap_verdict(table, measure.better, candidates, preds, regret,
+    verdict = bootstrap_verdict(table, measure.better, candidates, {**preds, **ties}, regret,
                                 objectives={v: objective[v][mu_key] for v in objective
                                             if mu_key in objective[v]},
                                 draws=reg.draws, seed=reg.rng_seed, level=reg.level)
@@ -232,7 +249,10 @@ def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.nd
                             "y_star": reg.predictions[v][mu_key][1],
                             "cell": grid.labels[i], "regret": verdict.regret[v].as_dict(),
                             "spearman": verdict.spearman[v].as_dict()
-                            if v in verdict.spearman else None} for v, i in preds.items()},
+                            if v in verdict.spearman else None,
+                            "tied": [{"cell": grid.labels[j], "regret": verdict.regret[t].as_dict()}
+                                     for t, j in ties.items() if t.startswith(f"{v} tie ")]}
+                      for v, i in preds.items()},
         "gate_spearman": gate, "gate_passed": bool(gate >= reg.threshold),
         "gate_halvings": gate_distribution(table, measure.better, seed=reg.rng_seed,
                                            level=reg.level).as_dict(),

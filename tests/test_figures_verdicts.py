@@ -96,3 +96,13 @@ def test_goal_row_y_factor_is_symmetric():
     assert over.y_factor == under.y_factor == pytest.approx(1.5)
     assert over.goals_met == {"y": True, "regret": True, "spearman": True, "gate": True}
     assert not verdicts.GoalRow(**base, y_star=3.1, y_best=2.0).goals_met["y"]
+
+
+def test_goal_table_shows_a_tied_cell_beside_the_judged_one():
+    row = verdicts.GoalRow(setting="s", mu="m", gate=0.9, gate_passed=True,
+                           best_cell="x=16, y=1", best_probability=0.5, variant="v",
+                           cell="x=16, y=1", y_star=1.0, y_best=1.0,
+                           regret={"median": 0.0, "low": 0.0, "high": 0.1}, spearman=None,
+                           tied=(("x=4, y=1", {"median": 0.13, "low": 0.1, "high": 0.2}),))
+    line = verdicts.goal_table([row]).splitlines()[-1]
+    assert "x=16, y=1 (tied: x=4, y=1, regret 0.13 [0.10, 0.20])" in line

@@ -190,3 +190,26 @@ def test_a_grid_from_two_initial_policies_is_refused(tmp_path):
     mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ValueError, match="mixes initial policies: 1 of"):
         load_grid_runs(str(mixed), "grpo")
+
+
+def test_a_prediction_midway_between_cells_reports_the_tied_cell(tmp_path):
+    """x* = 2 lies midway between horizons 1 and 4 in log x: the verdict names one cell (the
+    registered nearest-cell rule) and reports the other's regret beside it."""
+    from llm_experiments.judge import Registration, judge
+    reg = {"name": "t", "loss": "grpo", "steps": 4, "horizons": [1, 4], "replay_ratios": [1, 2],
+           "accounting_mus": [2.0], "primary_measure": {"budget_replay_ratio": 2},
+           "secondary_targets": [], "bootstrap": {"draws": 50, "interval": 0.9, "rng_seed": 0},
+           "gate": {"threshold": 0.9},
+           "predictions_judged": {"asymptotic": {"2.0": [2.0, 2.0]},
+                                  "finite_eta": {"2.0": [4.0, 2.0]}}}
+    path = tmp_path / "reg.json"
+    path.write_text(json.dumps(reg))
+    records = judge("tests/fixtures/tiny_sweep/curves.jsonl", Registration.load(str(path)),
+                    None)
+    for r in (r for r in records if r["mu_source"] == "2"):
+        mid, exact = r["predictions"]["asymptotic"], r["predictions"]["finite_eta"]
+        assert {mid["cell"], *(t["cell"] for t in mid["tied"])} == {"x=1, y=2", "x=4, y=2"}
+        # the tied cell's regret is the one a prediction exactly there gets (same draws)
+        other = {**{t["cell"]: t["regret"] for t in mid["tied"]}, mid["cell"]: mid["regret"]}
+        assert other["x=4, y=2"] == exact["regret"]
+        assert exact["tied"] == []
