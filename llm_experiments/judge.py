@@ -231,8 +231,9 @@ def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.nd
     candidates = np.ones(len(grid.cells), bool)
     preds = {v: grid.nearest(*reg.predictions[v][mu_key]) for v in reg.predictions
              if mu_key in reg.predictions[v]}
-    ties = {f"{v} tie {k}": i for v in preds
-            for k, i in enumerate(grid.tied(*reg.predictions[v][mu_key]))}
+    tied = {v: {f"{v} tie {k}": j for k, j in enumerate(grid.tied(*reg.predictions[v][mu_key]))}
+            for v in preds}
+    ties = {t: j for by_v in tied.values() for t, j in by_v.items()}
     regret = regret_gain(baseline) if measure.better == "max" else regret_ratio
     verdict = bootstrap_verdict(table, measure.better, candidates, {**preds, **ties}, regret,
                                 objectives={v: objective[v][mu_key] for v in objective
@@ -251,7 +252,7 @@ def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.nd
                             "spearman": verdict.spearman[v].as_dict()
                             if v in verdict.spearman else None,
                             "tied": [{"cell": grid.labels[j], "regret": verdict.regret[t].as_dict()}
-                                     for t, j in ties.items() if t.startswith(f"{v} tie ")]}
+                                     for t, j in tied[v].items()]}
                       for v, i in preds.items()},
         "gate_spearman": gate, "gate_passed": bool(gate >= reg.threshold),
         "gate_halvings": gate_distribution(table, measure.better, seed=reg.rng_seed,

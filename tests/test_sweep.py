@@ -105,16 +105,24 @@ def _finish_like_the_harness(run_dir: Path, seed: int) -> None:
         + "\n")
 
 
+def _compacted_seed0_sweep(tmp_path, name: str) -> Path:
+    """Seed 0 of the default spec run into ``tmp_path/name`` and compacted to
+    ``tmp_path/name.jsonl`` (2 runs): an earlier machine's committed curves."""
+    from llm_experiments.results import compact_sweep
+
+    run_sweep(load_spec(write_spec(tmp_path, grid={"seed": [0]})), str(tmp_path / name),
+              env={"FAKE_SLEEP": "0"}, progress=False)
+    for run_dir in (tmp_path / name / "runs").iterdir():
+        _finish_like_the_harness(run_dir, 0)
+    curves = tmp_path / f"{name}.jsonl"
+    assert compact_sweep(str(tmp_path / name), str(curves)) == 2
+    return curves
+
+
 def test_sweep_continues_from_compacted_curves_on_another_machine(tmp_path):
     from llm_experiments.results import compact_sweep, load_runs
 
-    first = load_spec(write_spec(tmp_path, grid={"seed": [0]}))
-    old = tmp_path / "old_machine"
-    run_sweep(first, str(old), env={"FAKE_SLEEP": "0"}, progress=False)
-    for run_dir in (old / "runs").iterdir():
-        _finish_like_the_harness(run_dir, 0)
-    curves = tmp_path / "curves.jsonl"
-    assert compact_sweep(str(old), str(curves)) == 2
+    curves = _compacted_seed0_sweep(tmp_path, "old_machine")
 
     # The new machine has only the committed curves; the full spec has seeds 0 and 1.
     spec = load_spec(write_spec(tmp_path, grid={"seed": [0, 1]}))
@@ -161,13 +169,7 @@ def test_a_grid_reuses_the_identical_runs_of_another_sweep(tmp_path):
     skips them (--done-in) and, compacted with ``grid_only``, takes those and no others."""
     from llm_experiments.results import compact_sweep, load_runs
 
-    earlier = load_spec(write_spec(tmp_path, grid={"seed": [0]}))  # horizons 1 and 4
-    old = tmp_path / "earlier"
-    run_sweep(earlier, str(old), env={"FAKE_SLEEP": "0"}, progress=False)
-    for run_dir in (old / "runs").iterdir():
-        _finish_like_the_harness(run_dir, 0)
-    old_curves = tmp_path / "earlier.jsonl"
-    assert compact_sweep(str(old), str(old_curves)) == 2
+    old_curves = _compacted_seed0_sweep(tmp_path, "earlier")  # horizons 1 and 4
 
     spec = load_spec(write_spec(tmp_path, grid={"seed": [0]},
                                 cells=[{"buffer.horizon": 4}, {"buffer.horizon": 16}]))
