@@ -79,6 +79,10 @@ def table(records: list[dict], name: str) -> str:
             lines.append(f"| {head} | {v} | {d['cell']} | {p_best.get(d['cell'], 0.0):.2f} | "
                          f"{_fmt(d['regret'])} | {_fmt(d['spearman'])} |")
             head = " | | "
+        if r.get("on_policy_regret"):
+            lines.append(f"| {head} | (no buffer) | on-policy | "
+                         f"{p_best.get('on-policy', 0.0):.2f} | {_fmt(r['on_policy_regret'])} "
+                         "| n/a |")
     return "\n".join(lines) + "\n"
 
 
@@ -114,6 +118,9 @@ class GoalRow:
     spearman: dict | None
     # (cell, regret record) of cells as near the prediction as ``cell`` (judge.SweepGrid.tied)
     tied: tuple = ()
+    # on-policy's regret in the same draws: the no-buffer advice (None: not in the grid, or a
+    # verdict from before the judge reported it)
+    on_policy_regret: dict | None = None
 
     @property
     def y_factor(self) -> float:
@@ -146,7 +153,8 @@ def goal_rows(named: dict[str, list[dict]]) -> list[GoalRow]:
                                     r["best_cell"], r["best_probability"], v, d["cell"],
                                     max(float(d["y_star"]), 1.0), float(best["replay_ratio"]),
                                     d["regret"], d["spearman"],
-                                    tuple((t["cell"], t["regret"]) for t in d.get("tied", ()))))
+                                    tuple((t["cell"], t["regret"]) for t in d.get("tied", ())),
+                                    r.get("on_policy_regret")))
     return rows
 
 
@@ -158,14 +166,17 @@ def goal_table(rows: list[GoalRow]) -> str:
              f"regret median <= {GOAL_REGRET:.0%}, Spearman median >= {GOAL_SPEARMAN:g}, "
              "split-half gate passed. y* is the continuous prediction, floored at 1. A cell "
              "as near the prediction as the judged one is shown beside it (tied). "
-             "Met: the criteria met, of y / regret / Spearman / gate.", "",
-             "| setting | mu | gate | best cell (P) | prediction | its cell | y* | best y | "
-             "regret | Spearman | met |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "On-policy: the regret of using no buffer, in the same draws (n/a: not "
+             "reported). Met: the criteria met, of y / regret / Spearman / gate.", "",
+             "| setting | mu | gate | best cell (P) | on-policy | prediction | its cell | y* | "
+             "best y | regret | Spearman | met |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         met = [k for k, ok in row.goals_met.items() if ok]
         cell = row.cell + "".join(f" (tied: {c}, regret {_fmt(r)})" for c, r in row.tied)
         lines.append(f"| {row.setting} | {row.mu} | {row.gate:.2f} | {row.best_cell} "
-                     f"({row.best_probability:.2f}) | {row.variant} | {cell} | "
+                     f"({row.best_probability:.2f}) | {_fmt(row.on_policy_regret)} | "
+                     f"{row.variant} | {cell} | "
                      f"{row.y_star:.2f} | {row.y_best:g} | {_fmt(row.regret)} | "
                      f"{_fmt(row.spearman)} | {len(met)}/4 {' '.join(met)} |")
     return "\n".join(lines) + "\n"

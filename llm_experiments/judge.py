@@ -8,7 +8,8 @@ measure, ``judge`` writes one record: every cell's median score at its best lear
 its probability of being best, the bootstrap-mode best cell, whether it is interior to the
 grid, each prediction's nearest cell with its regret (median and interval; a cell equally
 near, as x* = 8 is to horizons 4 and 16, is reported beside it with its own), the Spearman of
-each prediction's objective J with the measured scores (interval), the split-half gate, the
+each prediction's objective J with the measured scores (interval), on-policy's regret (the
+no-buffer advice a prediction must beat; None for a grid without it), the split-half gate, the
 registration judged and the curves files read (path and sha256 of the bytes of each, to find
 in git history: ``provenance.py``).
 
@@ -225,6 +226,10 @@ def objectives(reg: Registration, grid: SweepGrid, calibration_dir: str, mus: di
     return out
 
 
+# the key of on-policy's regret among the predictions' (a variant name never has a space)
+NO_BUFFER = "on-policy baseline"
+
+
 def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.ndarray,
               mu_key: str, objective: dict, baseline: float) -> dict:
     """The verdict of one (mu, measure) as a record (see the module docstring)."""
@@ -234,8 +239,11 @@ def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.nd
     tied = {v: {f"{v} tie {k}": j for k, j in enumerate(grid.tied(*reg.predictions[v][mu_key]))}
             for v in preds}
     ties = {t: j for by_v in tied.values() for t, j in by_v.items()}
+    # no buffer is the advice every prediction must beat, so its regret gets the same draws
+    baseline_cell = {NO_BUFFER: grid.on_policy} if grid.on_policy >= 0 else {}
     regret = regret_gain(baseline) if measure.better == "max" else regret_ratio
-    verdict = bootstrap_verdict(table, measure.better, candidates, {**preds, **ties}, regret,
+    verdict = bootstrap_verdict(table, measure.better, candidates,
+                                {**preds, **ties, **baseline_cell}, regret,
                                 objectives={v: objective[v][mu_key] for v in objective
                                             if mu_key in objective[v]},
                                 draws=reg.draws, seed=reg.rng_seed, level=reg.level)
@@ -254,6 +262,7 @@ def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.nd
                             "tied": [{"cell": grid.labels[j], "regret": verdict.regret[t].as_dict()}
                                      for t, j in tied[v].items()]}
                       for v, i in preds.items()},
+        "on_policy_regret": verdict.regret[NO_BUFFER].as_dict() if baseline_cell else None,
         "gate_spearman": gate, "gate_passed": bool(gate >= reg.threshold),
         "gate_halvings": gate_distribution(table, measure.better, seed=reg.rng_seed,
                                            level=reg.level).as_dict(),

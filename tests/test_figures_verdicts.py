@@ -42,7 +42,8 @@ def test_table_has_a_row_per_mu_and_prediction_with_its_regret(tmp_path):
     text = verdicts.table(records, "tiny")
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
     primary = [r for r in records if r["measure"] == verdicts.PRIMARY]
-    assert len(rows) - 1 == sum(len(r["predictions"]) for r in primary)
+    # a row per prediction and one for on-policy (no buffer) per mu, below the header
+    assert len(rows) - 1 == sum(len(r["predictions"]) + 1 for r in primary)
     for r in primary:
         for v, d in r["predictions"].items():
             assert any(f"| {v} | {d['cell']} |" in row and
@@ -106,3 +107,16 @@ def test_goal_table_shows_a_tied_cell_beside_the_judged_one():
                            tied=(("x=4, y=1", {"median": 0.13, "low": 0.1, "high": 0.2}),))
     line = verdicts.goal_table([row]).splitlines()[-1]
     assert "x=16, y=1 (tied: x=4, y=1, regret 0.13 [0.10, 0.20])" in line
+    assert "| x=16, y=1 (0.50) | n/a | v |" in line  # no on-policy regret recorded
+
+
+def test_goal_rows_carry_the_no_buffer_regret_of_the_same_verdict(tmp_path):
+    records = _records(tmp_path)
+    rows = verdicts.goal_rows({"tiny": records})
+    by_mu = {verdicts.mu_label(r): r["on_policy_regret"] for r in records
+             if r["measure"] == verdicts.PRIMARY}
+    assert rows and all(row.on_policy_regret == by_mu[row.mu] for row in rows)
+    text = verdicts.goal_table(rows)
+    assert all(verdicts._fmt(row.on_policy_regret) in line for row, line in
+               zip(rows, [ln for ln in text.splitlines() if ln.startswith("| tiny |")]))
+    assert "(no buffer) | on-policy" in verdicts.table(records, "tiny")

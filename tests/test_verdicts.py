@@ -96,7 +96,8 @@ def test_judge_on_the_tiny_sweep(tmp_path):
            "primary_measure": {"budget_replay_ratio": 2.0}, "secondary_targets": [0.3],
            "bootstrap": {"draws": 1, "interval": 0.9, "rng_seed": 0},
            "gate": {"threshold": 0.9},
-           "predictions_judged": {"asymptotic": {"2.0": [4.0, 2.0], "0.9": [1.0, 1.0]}}}
+           "predictions_judged": {"asymptotic": {"2.0": [4.0, 2.0], "0.9": [1.0, 1.0]},
+                                  "finite_eta": {"2.0": [0.5, 1.0]}}}
     path = tmp_path / "reg.json"
     path.write_text(json.dumps(reg))
     records = judge("tests/fixtures/tiny_sweep/curves.jsonl", Registration.load(str(path)),
@@ -111,6 +112,9 @@ def test_judge_on_the_tiny_sweep(tmp_path):
         pick = max if r["better"] == "max" else min
         assert pick(cells, key=lambda c: c["score"])["label"] == r["best_cell"]
         if r["mu_source"] == "2":
+            # on-policy's regret is what a prediction of no buffer (x* < 1) gets
+            assert r["predictions"]["finite_eta"]["cell"] == "on-policy"
+            assert r["on_policy_regret"] == r["predictions"]["finite_eta"]["regret"]
             p = r["predictions"]["asymptotic"]
             assert p["cell"] == "x=4, y=2"
             if p["cell"] == r["best_cell"]:
