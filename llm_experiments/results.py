@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replaytheory.analysis import compute_to_target, tail_mean
-from replaytheory.io import atomic_write
+from replaytheory.io import atomic_write, open_text, write_text
 
 SEED_KEY, LR_KEY = "run.seed", "trainer.lr"
 # Settings that change how fast a run computes, not what: never part of a cell.
@@ -101,7 +101,7 @@ class Run:
 
 def _read_jsonl(path: str) -> list[dict]:
     rows = []
-    with open(path) as fh:
+    with open_text(path) as fh:
         for line in fh:
             line = line.strip()
             if line:
@@ -144,7 +144,8 @@ def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
 
 def compact_sweep(sweep_dirs, out_path: str, keep=(), grid_only: bool = False) -> int:
     """Write ``curves.jsonl`` for every finished run of one sweep folder or several (e.g.
-    more seeds of a grid run later); returns the count.
+    more seeds of a grid run later); returns the count. An ``out_path`` ending in ``.gz`` is
+    gzip-compressed (byte-for-byte reproducible); every reader here takes either.
 
     ``keep``: compacted curves files whose records are carried over first, in their order,
     unless the sweep folders hold the same run id (a sweep continued with ``--done-in`` on a
@@ -155,7 +156,7 @@ def compact_sweep(sweep_dirs, out_path: str, keep=(), grid_only: bool = False) -
     """
     kept: dict[str, str] = {}
     for path in keep:
-        with open(path) as fh:
+        with open_text(path) as fh:
             for line in fh:
                 if line.strip():
                     kept.setdefault(json.loads(line)["run_id"], line.strip())
@@ -171,7 +172,7 @@ def compact_sweep(sweep_dirs, out_path: str, keep=(), grid_only: bool = False) -
                 fresh.add(r["run_id"])
     lines = [line for rid, line in kept.items()
              if rid not in fresh and (rid in grid or not grid_only)] + lines
-    atomic_write(out_path, lambda fh: fh.write("\n".join(lines) + "\n"))
+    write_text(out_path, "\n".join(lines) + "\n")
     return len(lines)
 
 
@@ -257,7 +258,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="compact a sweep folder for the analysis")
     p.add_argument("--sweep", required=True, nargs="+",
                    help="sweep folder(s) (sweep.py --out); several go into one file")
-    p.add_argument("--out", required=True, help="curves.jsonl to write")
+    p.add_argument("--out", required=True,
+                   help="curves.jsonl to write (curves.jsonl.gz: gzip-compressed, for "
+                        "grids whose table would pass a few MB)")
     p.add_argument("--histograms", help="also write the runs' histograms to this JSONL")
     p.add_argument("--keep", nargs="+", default=[], metavar="CURVES",
                    help="compacted curves whose runs are carried over unless the sweep "

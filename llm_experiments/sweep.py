@@ -44,7 +44,7 @@ from pathlib import Path
 import yaml
 from tqdm import tqdm
 
-from replaytheory.io import atomic_write, write_json
+from replaytheory.io import atomic_write, open_text, write_json
 
 from .results import cell_of, same_warm_start, warm_start_of
 
@@ -143,7 +143,7 @@ def compacted_runs(paths) -> dict[str, tuple[tuple, dict]]:
     for path in paths:
         if not os.path.isfile(path):
             raise ValueError(f"done_in: {path!r} is not a file")
-        with open(path) as fh:
+        with open_text(path) as fh:
             for line in fh:
                 if line.strip():
                     rec = json.loads(line)

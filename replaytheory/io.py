@@ -1,7 +1,10 @@
-"""Atomic file writes: a crash leaves either the old file or the new one, never a torn one."""
+"""Atomic file writes: a crash leaves either the old file or the new one, never a torn one;
+text files whose name ends in ``.gz`` are gzip-compressed (large result tables stay small
+enough for git)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
@@ -26,6 +29,22 @@ def atomic_write(path: str, write: Callable, binary: bool = False) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` atomically; gzip-compressed when ``path`` ends in ``.gz``, with no
+    timestamp in the header, so the same text always gives the same bytes (a committed file's
+    sha256 names its content)."""
+    if path.endswith(".gz"):
+        data = gzip.compress(text.encode(), mtime=0)
+        atomic_write(path, lambda fh: fh.write(data), binary=True)
+    else:
+        atomic_write(path, lambda fh: fh.write(text))
+
+
+def open_text(path: str):
+    """Open ``path`` for reading text, decompressing it when its name ends in ``.gz``."""
+    return gzip.open(path, "rt") if path.endswith(".gz") else open(path)
 
 
 def write_json(path: str, obj, indent: int | None = 2) -> None:

@@ -183,3 +183,29 @@ def test_a_grid_reuses_the_identical_runs_of_another_sweep(tmp_path):
     assert compact_sweep(str(new), str(curves), keep=[str(old_curves)], grid_only=True) == 2
     assert sorted(r.settings["buffer.horizon"] for r in load_runs(str(curves))) == [4, 16]
     assert compact_sweep(str(new), str(curves), keep=[str(old_curves)]) == 3
+
+
+def test_compacted_curves_gzip_reproducibly_and_every_reader_takes_them(tmp_path):
+    """A ``.gz`` --out is compressed, the same text gives the same bytes (its committed sha256
+    names its content), and done_in, --keep and load_runs read it like the plain file."""
+    from llm_experiments.results import compact_sweep, load_runs
+
+    plain = _compacted_seed0_sweep(tmp_path, "earlier")
+    packed = tmp_path / "curves.jsonl.gz"
+    assert compact_sweep(str(tmp_path / "earlier"), str(packed)) == 2
+    assert packed.read_bytes()[:2] == b"\x1f\x8b"  # the gzip magic
+    first = packed.read_bytes()
+    assert compact_sweep(str(tmp_path / "earlier"), str(packed)) == 2
+    assert packed.read_bytes() == first
+    runs = lambda path: sorted((r.run_id, r.eval["eval_accuracy"][0]) for r in load_runs(path))
+    assert runs(str(packed)) == runs(str(plain))
+    # a new machine continues from the compressed file and keeps its runs
+    spec = load_spec(write_spec(tmp_path, grid={"seed": [0, 1]}))
+    new = tmp_path / "new_machine"
+    counts = run_sweep(spec, str(new), env={"FAKE_SLEEP": "0"}, progress=False,
+                       done_in=(str(packed),))
+    assert counts["skipped"] == 2 and counts["finished"] == 2
+    for run_dir in (new / "runs").iterdir():
+        _finish_like_the_harness(run_dir, 1)
+    assert compact_sweep(str(new), str(packed), keep=[str(packed)]) == 4
+    assert sorted(r.settings["seed"] for r in load_runs(str(packed))) == [0, 0, 1, 1]
