@@ -479,6 +479,9 @@ class ProbeConfig(_Section):
     gradient (k in probe intervals, >= 1; empty = off). contribution: the ``contribution``
     table (clip fraction, kept share of the gradient, importance weight per probed buffer
     rollout; needs a loss with an importance ratio).
+    panel_groups: groups of each long-range panel (0 = off; theory.md section 11.1): made at
+    each step of panel_births, never trained on, measured again at birth + g for g in
+    panel_gaps (steps); needs a loss with an importance ratio.
     """
 
     SECTION: ClassVar[str] = "probe"
@@ -492,6 +495,9 @@ class ProbeConfig(_Section):
     max_snapshots: int = _int(64, 1)
     reuse_gaps: list = _int_list([], 1)
     contribution: bool = _flag(False)
+    panel_groups: int = _int(0, 0)
+    panel_births: list = _int_list([0], 0)
+    panel_gaps: list = _int_list([1, 2, 4, 8, 16, 32, 64, 128, 256], 1)
 
     def check(self) -> None:
         """The reference gradient splits the fresh groups in two halves; the noise and
@@ -616,6 +622,10 @@ def check_resolved(cfg: Config) -> None:
                          f"the trainer scores the full softmax, so a fresh sample's importance "
                          f"ratio would be below 1; allowed: sampler.top_p=1, or "
                          f"trainer.loss=asymre (no ratio) with any top_p in (0, 1]")
+    if cfg.probe.panel_groups and loss not in _Owned("losses", "RATIO_LOSSES"):
+        raise ValueError(f"probe.panel_groups > 0 needs a trainer.loss with an importance "
+                         f"ratio, one of {list(_Owned('losses', 'RATIO_LOSSES'))}; got "
+                         f"trainer.loss={loss}")
     if cfg.probe.contribution and loss not in _Owned("losses", "RATIO_LOSSES"):
         raise ValueError(f"probe.contribution=true needs a trainer.loss with an importance "
                          f"ratio, one of {list(_Owned('losses', 'RATIO_LOSSES'))}; got "

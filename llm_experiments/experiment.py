@@ -165,7 +165,8 @@ class Experiment(PolicyTrainer):
         self.elapsed_before = 0.0
         self._prompt_ids: dict[int, list[int]] = {}
         self.eval_prompts = [self.encode(p) for p in self.task.eval_problems]
-        self.prober = Prober(cfg, self._run_view()) if cfg.probe.every else None
+        probing = cfg.probe.every or cfg.probe.panel_groups
+        self.prober = Prober(cfg, self._run_view()) if probing else None
 
     def _run_view(self) -> RunView:
         """What the prober may read of this run (``probes.RunView``)."""
@@ -295,9 +296,11 @@ class Experiment(PolicyTrainer):
         if self.prober:
             self.weights.publish(t, self.model)
         new = self.production.fill(self.buffer, t, self.produce)
-        probing = self.prober is not None and t % self.cfg.probe.every == 0
+        probing = self.prober is not None and self.prober.due(t)
         if probing:
             self.prober.probe(t)
+        if self.prober:
+            self.prober.panel_step(t)
         batch = self.buffer.sample(sc.batch_size, t, self.rng)
         self.consumed += len(batch)
         stats = self.train_step(batch, keep_grad=probing)
