@@ -423,6 +423,10 @@ class TrainerConfig(_Section):
         gradient norm before averaging (0 = off; uses per-sample gradients, slower).
     micro_batch: rollouts per forward/backward pass (0 = the whole batch at once); the
         gradient is the same, only memory changes.
+    master_weights: with a bfloat16/float16 ``model.dtype``, keep the trainer's parameters
+        and Adam state in float32 and run the forward under autocast to ``model.dtype``
+        (the sampler holds a ``model.dtype`` copy); false: parameters in ``model.dtype``,
+        where small updates round away. No effect with float32.
     """
 
     SECTION: ClassVar[str] = "trainer"
@@ -439,6 +443,7 @@ class TrainerConfig(_Section):
     grad_clip: float = _real(1.0, 0.0)
     per_sample_clip: float = _real(0.0, 0.0)
     micro_batch: int = _int(0, 0)
+    master_weights: bool = _flag(True)
 
 
 @dataclass

@@ -36,7 +36,7 @@ from .gradients import clipped_mean_grad, flat_grad
 from .losses import (batch_logprobs, collate, collate_prompts, group_advantages, loss_stats,
                      policy_loss)
 from .metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
-from .models import encode_prompt, load_policy, param_count, weights_sha256
+from .models import autocast, encode_prompt, load_policy, param_count, weights_sha256
 from .probes import Prober, RunCounts, RunView
 from .samplers import WeightUpdate, make_sampler
 from .schedule import ComputeClock, Production, WeightStore
@@ -103,7 +103,8 @@ class PolicyTrainer:
         logps, ents, loss_sum = [], [], 0.0
         for start in range(0, n, micro):
             part = batch.rows(slice(start, start + micro))
-            logp, ent = batch_logprobs(self.model, part, temp)
+            with autocast(self.cfg, self.device):
+                logp, ent = batch_logprobs(self.model, part, temp)
             loss = policy_loss(logp, part, **self.loss_kwargs).sum() / n
             if not tr.per_sample_clip:
                 loss.backward()

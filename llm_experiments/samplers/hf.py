@@ -78,11 +78,14 @@ class HFSampler:
     """Sampler over its own copy of a transformers causal LM.
 
     direct: decode with ``direct.StaticDecoder`` where it supports the model (static cache,
-    each distinct prompt prefilled once), else through the generic forward.
+    each distinct prompt prefilled once), else through the generic forward. dtype: of the
+    sampler's copy (None = the model's; weights loaded later are cast to it).
     """
 
-    def __init__(self, model, eos_id: int, pad_id: int, direct: bool = True):
+    def __init__(self, model, eos_id: int, pad_id: int, direct: bool = True, dtype=None):
         self.model = copy.deepcopy(model).eval()
+        if dtype is not None:
+            self.model.to(dtype=dtype)
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)

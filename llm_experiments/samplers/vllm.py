@@ -25,7 +25,7 @@ class VLLMSampler:
     """Sampler over a vLLM engine holding a copy of ``model``."""
 
     def __init__(self, model, tokenizer, *, max_model_len: int | None = None,
-                 kv_cache_gb: int = 1, seed: int = 0):
+                 kv_cache_gb: int = 1, seed: int = 0, dtype=None):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gb)))
         try:
@@ -43,7 +43,7 @@ class VLLMSampler:
         weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         model.save_pretrained(self._dir)
         tokenizer.save_pretrained(self._dir)
-        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        dtype = str(dtype or next(model.parameters()).dtype).replace("torch.", "")
         kwargs = {"max_model_len": max_model_len} if max_model_len else {}
         self.llm = LLM(model=self._dir, dtype=dtype, enforce_eager=True, seed=int(seed),
                        logprobs_mode="processed_logprobs", **kwargs)
