@@ -296,6 +296,10 @@ class SamplerConfig(_Section):
     the trainer scores the full softmax, so a ratio-based loss would see a fresh sample's
     ratio below 1. max_new_tokens (>= 1).
     vllm_kv_cache_gb: KV-cache size of the vLLM CPU backend, GiB (>= 1).
+    vllm_gpu_memory: share of a GPU's memory the vLLM engine may take, in (0, 1] (its own
+        default is 0.9, which leaves a trainer on the same GPU too little).
+    vllm_eager: run vLLM eagerly (true) or let it capture CUDA graphs (false; faster
+        decoding on a GPU, slower start).
     """
 
     SECTION: ClassVar[str] = "sampler"
@@ -304,6 +308,8 @@ class SamplerConfig(_Section):
     top_p: float = _real(1.0, 0.0, 1.0, lo_open=True)
     max_new_tokens: int = _int(6, 1)
     vllm_kv_cache_gb: int = _int(1, 1)
+    vllm_gpu_memory: float = _real(0.4, 0.0, 1.0, lo_open=True)
+    vllm_eager: bool = _flag(True)
 
 
 @dataclass

@@ -74,7 +74,9 @@ def make_sampler(cfg, model, tokenizer) -> Sampler:
         return VLLMSampler(model, tokenizer, max_model_len=cfg.model.max_len
                            if cfg.model.name == "tiny" else None,
                            kv_cache_gb=cfg.sampler.vllm_kv_cache_gb, seed=cfg.run.seed,
-                           dtype=dtype)
+                           dtype=dtype, eager=cfg.sampler.vllm_eager,
+                           gpu_memory=None if cfg.run.device == "cpu"
+                           else cfg.sampler.vllm_gpu_memory)
     from .hf import HFSampler
     return HFSampler(model, tokenizer.eos_token_id, tokenizer.pad_token_id,
                      direct=cfg.run.direct_forward, dtype=dtype)
