@@ -296,6 +296,10 @@ class SamplerConfig(_Section):
     the trainer scores the full softmax, so a ratio-based loss would see a fresh sample's
     ratio below 1. max_new_tokens (>= 1).
     vllm_kv_cache_gb: KV-cache size of the vLLM CPU backend, GiB (>= 1).
+    vllm_gpu_memory: share of a GPU's memory the vLLM engine may take, in (0, 1] (its own
+        default is 0.9, which leaves a trainer on the same GPU too little).
+    vllm_eager: run vLLM eagerly (true) or let it capture CUDA graphs (false; faster
+        decoding on a GPU, slower start).
     """
 
     SECTION: ClassVar[str] = "sampler"
@@ -304,6 +308,8 @@ class SamplerConfig(_Section):
     top_p: float = _real(1.0, 0.0, 1.0, lo_open=True)
     max_new_tokens: int = _int(6, 1)
     vllm_kv_cache_gb: int = _int(1, 1)
+    vllm_gpu_memory: float = _real(0.4, 0.0, 1.0, lo_open=True)
+    vllm_eager: bool = _flag(True)
 
 
 @dataclass
@@ -421,8 +427,19 @@ class TrainerConfig(_Section):
     weight_decay >= 0.
     grad_clip: global gradient-norm clip (0 = off). per_sample_clip: clip each rollout's
         gradient norm before averaging (0 = off; uses per-sample gradients, slower).
-    micro_batch: rollouts per forward/backward pass (0 = the whole batch at once); the
-        gradient is the same, only memory changes.
+    micro_batch: rollouts per forward/backward pass; 0 = the largest whose predicted peak
+        (``memory.predict_update_memory``) fits ``memory_gb``, the whole batch when it
+        fits; the gradient is the same, only memory changes.
+    memory_gb: the update's memory budget in GiB (> 0), or 0 = 85% of a CUDA device's
+        memory, 16 GiB on CPU (``memory.budget_bytes``).
+    logit_chunk: completion tokens whose vocabulary logits are computed at once (>= 1;
+        recomputed in the backward pass, ``losses.chunked_logprobs``), or 0 = as many as
+        fit 1 GiB (``memory.logit_chunk``); a chunk covering the micro-batch computes them
+        in one piece (the earlier computation, bitwise).
+    master_weights: with a bfloat16/float16 ``model.dtype``, keep the trainer's parameters
+        and Adam state in float32 and run the forward under autocast to ``model.dtype``
+        (the sampler holds a ``model.dtype`` copy); false: parameters in ``model.dtype``,
+        where small updates round away. No effect with float32.
     """
 
     SECTION: ClassVar[str] = "trainer"
@@ -439,6 +456,9 @@ class TrainerConfig(_Section):
     grad_clip: float = _real(1.0, 0.0)
     per_sample_clip: float = _real(0.0, 0.0)
     micro_batch: int = _int(0, 0)
+    memory_gb: float = _real(0.0, 0.0)
+    logit_chunk: int = _int(0, 0)
+    master_weights: bool = _flag(True)
 
 
 @dataclass
