@@ -109,8 +109,12 @@ def test_temperature_is_supported_end_to_end(tmp_path):
 # ---- 3. the version is checked where the trainer is built ----------------------------------
 
 def test_mapping_imports_under_another_trl_and_the_trainer_refuses_it(monkeypatch):
+    import llm_experiments.integrations as package
     monkeypatch.setattr(trl, "__version__", "1.17.0")
-    monkeypatch.delitem(sys.modules, MODULE)  # restored after the test
+    # A fresh import of the module; the original is restored (module table and package
+    # attribute) after the test.
+    monkeypatch.delitem(sys.modules, MODULE)
+    monkeypatch.setattr(package, "trl", rt)
     fresh = importlib.import_module(MODULE)
     assert fresh is not rt
     rec = optimal_config(mu=6.84, alpha=0.2, batch_size=16, max_buffer_size=64, reuse=None)
