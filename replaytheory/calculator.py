@@ -512,7 +512,8 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
             reused sample's gradient the clip keeps), or None (no default: its measured
             per-use constant changed sign between our settings, section 10.11).
         horizon_source: "measured" (default) or "model". The model decides replay against
-            on-policy either way; for a replay answer "measured" keeps the horizon x at the
+            on-policy either way; for a replay answer with stale rollouts (the model's x > 1)
+            "measured" keeps the horizon x at the
             best one measured on this project's settings (``MEASURED_HORIZON`` updates, see
             section 10.11: no horizon model is validated yet) and lets the model choose y and
             the integers there; "model" takes the model's own horizon (``Calibration``'s
@@ -557,7 +558,9 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
         incumbent=design.on_policy_objective)) if len(rows) else None
     if model_best is None or model_best.objective >= design.on_policy_objective:
         rec = _on_policy(req, design, notes)
-    elif req.horizon_source == HORIZON_MEASURED:
+    elif req.horizon_source == HORIZON_MEASURED and model_best.horizon > 1 + 1e-9:
+        # x = 1 keeps no stale rollout (R >= B fresh ones a step): the model's on-policy
+        # regime (section 5.7), which no measured horizon speaks against.
         rec = _replay(req, design, _at_measured(req, rows, score, notes), notes,
                       source=HORIZON_MEASURED, model_horizon=model_best.horizon)
     else:

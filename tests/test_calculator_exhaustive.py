@@ -168,6 +168,10 @@ def test_measured_horizon_under_a_split_and_the_model_keeps_the_regime():
     on = optimal_config(mu=6.84, rho=0.1, alpha=0.9, batch_size=64)
     assert on.on_policy and on.horizon_source == "model"
     assert "on-policy training lost to it there" in on.explanation
+    # Cheap generation: the model keeps only fresh rollouts (x = 1, R = 34 > B = 18); no
+    # stale rollout to put a horizon on, so its answer stands.
+    fresh = optimal_config(mu=0.3, alpha=2.0, batch_size=18)
+    assert (fresh.horizon, fresh.rollouts_per_step, fresh.horizon_source) == (1.0, 34.0, "model")
 
 
 if __name__ == "__main__":  # the done-criterion run: a few thousand draws
