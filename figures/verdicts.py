@@ -61,11 +61,15 @@ def mu_label(r: dict) -> str:
     return f"accounting mu = {r['mu']:.3g}"
 
 
-def _fmt(d: dict | None) -> str:
-    """An interval record as 'median [low, high]'."""
-    if not d or d.get("median") is None or math.isnan(d["median"]):
+def _fmt(d: dict | None, null: str = "n/a") -> str:
+    """An interval record as 'median [low, high]'; 'n/a' without a median. A bound JSON could
+    not hold (inf or NaN, stored as null) shows as ``null`` ("inf" for compute that never
+    reached its target)."""
+    median = (d or {}).get("median")
+    if not d or median is None and null == "n/a" or median is not None and math.isnan(median):
         return "n/a"
-    return f"{d['median']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
+    low, high = (null if d[k] is None else f"{d[k]:.2f}" for k in ("low", "high"))
+    return f"{null if median is None else f'{median:.2f}'} [{low}, {high}]"
 
 
 def _cell(d: dict) -> str:
@@ -152,11 +156,12 @@ def sceptic_tables(records: list[dict]) -> str:
     if targets:
         lines += ["", "## Compute to target", "",
                   "Compute to first reach each accuracy, as a multiple of the fastest cell's in "
-                  "the same draws (median [90% interval]; n/a: never).", "",
+                  "the same draws (median [90% interval]; inf: never reached).", "",
                   "| mu | target | fastest cell (P) | compute ratio by cell |",
                   "|---|---|---|---|"]
     for r, t in targets:
-        ratios = ", ".join(f"{c} {_fmt(i)}" for c, i in t["compute_ratio"].items())
+        ratios = ", ".join(f"{c} {_fmt(i, null='inf')}"
+                           for c, i in t["compute_ratio"].items())
         lines.append(f"| {mu_label(r)} | {t['target']:g} | {t['fastest_cell']} "
                      f"({t['fastest_probability']:.2f}) | {ratios} |")
     return "\n".join(lines) + "\n"

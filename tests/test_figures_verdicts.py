@@ -186,8 +186,12 @@ def test_compute_to_target_rows_show_each_cells_ratio_to_the_fastest(tmp_path):
         "target": 0.6, "fastest_cell": "x=4, y=1", "fastest_probability": 0.7,
         "fastest_compute": 100.0,
         "compute_ratio": {"on-policy": {"median": 1.7, "low": 1.2, "high": 2.5, "level": 0.9},
-                          "x=1, y=1": {"median": None, "low": None, "high": None,
+                          "x=1, y=1": {"median": 1.3, "low": 1.1, "high": None,
+                                       "level": 0.9},
+                          "x=4, y=2": {"median": None, "low": None, "high": None,
                                        "level": 0.9}}}]
     (row,) = _section(verdicts.table(records, "tiny"), "Compute to target")
+    # JSON holds a compute that never reached the target (inf) as null
     assert row == (f"| {verdicts.mu_label(first)} | 0.6 | x=4, y=1 (0.70) | "
-                   "on-policy 1.70 [1.20, 2.50], x=1, y=1 n/a |")
+                   "on-policy 1.70 [1.20, 2.50], x=1, y=1 1.30 [1.10, inf], "
+                   "x=4, y=2 inf [inf, inf] |")

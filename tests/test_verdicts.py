@@ -246,8 +246,8 @@ def test_a_tie_is_judged_at_the_worse_cell_whichever_side_rounding_takes(tmp_pat
                                    "finite_eta": {"2.0": [down, 2.0]}})
     for r in (r for r in judge(FIXTURE, reg, None) if r["mu_source"] == "2"):
         a, b = r["predictions"]["asymptotic"], r["predictions"]["finite_eta"]
-        assert {a["nearest_cell"], b["nearest_cell"]} == {"x=1, y=2", "x=4, y=2"}
         assert a["cell"] == b["cell"] and a["regret"] == b["regret"]
+        assert {a["nearest_cell"], b["nearest_cell"]} == {"x=1, y=2", "x=4, y=2"}
         (other,) = a["tied"]
         assert {a["cell"], other["cell"]} == {"x=1, y=2", "x=4, y=2"}
         assert (a["regret"]["median"], a["regret"]["high"]) >= (
@@ -261,11 +261,6 @@ def test_an_infinite_horizon_is_the_grids_largest_and_flagged(tmp_path):
     import math
 
     from llm_experiments.judge import SweepGrid, judge, load_grid_runs
-    grid = SweepGrid.of(load_grid_runs(FIXTURE, "grpo"))
-    assert [grid.labels[i] for i in grid.equally_near(math.inf, 2.0)] == ["x=4, y=2"]
-    assert [grid.labels[i] for i in grid.equally_near(math.inf, math.inf)] == ["x=4, y=2"]
-    assert [grid.labels[i] for i in grid.equally_near(1.0, math.inf)] == ["x=1, y=2"]
-    assert grid.beyond_grid(math.inf) and grid.beyond_grid(1e6) and not grid.beyond_grid(4.0)
     reg = _registration(tmp_path, {"self_correlated": {"2.0": [math.inf, 1.0]},
                                    "asymptotic": {"2.0": [1e6, 1.0]},
                                    "finite_eta": {"2.0": [4.0, 1.0]}})
@@ -274,6 +269,11 @@ def test_an_infinite_horizon_is_the_grids_largest_and_flagged(tmp_path):
         assert p["self_correlated"]["cell"] == p["asymptotic"]["cell"] == "x=4, y=1"
         assert p["self_correlated"]["x_beyond_grid"] and p["asymptotic"]["x_beyond_grid"]
         assert not p["finite_eta"]["x_beyond_grid"]
+    grid = SweepGrid.of(load_grid_runs(FIXTURE, "grpo"))
+    assert [grid.labels[i] for i in grid.equally_near(math.inf, 2.0)] == ["x=4, y=2"]
+    assert [grid.labels[i] for i in grid.equally_near(math.inf, math.inf)] == ["x=4, y=2"]
+    assert [grid.labels[i] for i in grid.equally_near(1.0, math.inf)] == ["x=1, y=2"]
+    assert grid.beyond_grid(math.inf) and grid.beyond_grid(1e6) and not grid.beyond_grid(4.0)
 
 
 @pytest.mark.parametrize("x, y, name", [(float("nan"), 1.0, "x_star"), (0.0, 1.0, "x_star"),
