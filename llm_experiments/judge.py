@@ -52,7 +52,8 @@ from replaytheory.analysis import best_option, mean_over_budget, split_half_spea
 from replaytheory.checks import choice
 from replaytheory.io import write_json
 from replaytheory.noise import EXTRAPOLATIONS
-from replaytheory.verdicts import bootstrap_verdict, gate_distribution, regret_gain, regret_ratio
+from replaytheory.verdicts import (TIE_RTOL, bootstrap_verdict, gate_distribution, regret_gain,
+                                   regret_ratio)
 
 from .best_region import best_horizon, compute_to_target, default_targets, within_noise
 from .cells import kind, xy
@@ -61,10 +62,6 @@ from .validation import VARIANTS, load_probes, predict, smoothness
 
 MEASURED = "measured"
 CELL_MU = "cell"
-# Two cells are equally near a prediction when their squared distances in (log x, log y)
-# agree to this relative tolerance: floating-point noise in x* (8.000000000000016 for 8, at
-# horizons 4 and 16) must not decide a verdict. The verdict then takes the worse cell.
-TIE_RTOL = 1e-9
 
 
 @dataclass(frozen=True)

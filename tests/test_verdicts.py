@@ -400,3 +400,21 @@ def test_cells_within_noise_of_the_best():
     assert {n["cell"] for n in near} == {"a", "twin"}
     assert near[0]["cell"] == grid.labels[v.mode] and near[0]["loss"]["median"] == 0.0
     assert v.versus_mode[2].low == pytest.approx(0.5, abs=0.1)
+
+
+def test_the_target_validation_judges_a_tie_at_the_cell_needing_more_compute():
+    """llm_experiments.validation (compute to a target, lower is better): x* = 2 between
+    horizons 1 and 4 is judged at the slower cell whichever side rounding takes; x* = inf at
+    the largest horizon."""
+    import math
+    from types import SimpleNamespace
+
+    from llm_experiments.validation import _nearest
+    cells = [SimpleNamespace(horizon=h, replay_ratio=2.0, median=m, label=f"x={h}")
+             for h, m in ((1.0, 300.0), (4.0, 200.0), (16.0, 100.0))]
+    for x in (2.0 * (1 + 1e-15), 2.0 * (1 - 1e-15)):
+        chosen, tied = _nearest(cells, x, 2.0)
+        assert chosen.label == "x=1.0" and [c.label for c in tied] == ["x=4.0"]
+    cells[0].median = 100.0
+    assert _nearest(cells, 2.0, 2.0)[0].label == "x=4.0"
+    assert _nearest(cells, math.inf, 2.0) == (cells[2], [])
