@@ -30,6 +30,7 @@ from replaytheory import checks
 from replaytheory.buffer import SAMPLING_MODES
 
 from .engines import ENGINES
+from .engines.ray_plan import chunk_groups, lifo_min_capacity
 from .samplers import BACKENDS
 from .schedule import MODES, buffer_shards, rollouts_per_step
 from .tasks import TASKS
@@ -394,7 +395,9 @@ class BufferConfig(_Section):
     sampling: "with_replacement", "without_replacement", "never_used_first".
     delta: positive-bias coefficient in [0, 1). lifo: the no-buffer queue (each rollout used
     once, freshest first) instead of a replay buffer; it needs whole groups per batch and at
-    most B rollouts made per step (the surplus would be evicted unused).
+    most B rollouts made per step (the surplus would be evicted unused); on the Ray engine a
+    capacity >= B + n - gcd(n, B), n the rollouts of one sampler call, or the samplers can
+    deadlock (``engines.ray_plan.lifo_min_capacity``).
     horizon: staleness horizon x = N/R in steps (theory.md section 4), >= 0. When > 0 it sets
     capacity = round(x R) (at least 1, rounded up to a multiple of the trainers), with R the
     rollouts per step of the schedule (sync: B/y; async: B W / (T mu_accounting)); 0 = use
@@ -636,6 +639,8 @@ def check_resolved(cfg: Config) -> None:
             least = f"{need}, the batch per trainer with {how}" if by_batch else "1"
             raise ValueError(f"buffer.capacity per shard ({per}{origin}){recent} must be >= "
                              f"{least}, or the buffer can never give a batch")
+        if b.lifo and sc.engine == "ray":
+            _check_ray_lifo(cfg)
     s, loss = cfg.sampler, cfg.trainer.loss
     if s.top_p < 1 and loss in _Owned("losses", "RATIO_LOSSES"):
         raise ValueError(f"sampler.top_p ({s.top_p:g}) must be 1 with trainer.loss={loss}: "
@@ -650,6 +655,25 @@ def check_resolved(cfg: Config) -> None:
         raise ValueError(f"probe.contribution=true needs a trainer.loss with an importance "
                          f"ratio, one of {list(_Owned('losses', 'RATIO_LOSSES'))}; got "
                          f"trainer.loss={loss}")
+
+
+def _check_ray_lifo(cfg: Config) -> None:
+    """The Ray engine's LIFO queue must be large enough that its samplers, which wait while
+    the queue could not take their chunk, can never all wait with less than a batch held
+    (``engines.ray_plan.lifo_min_capacity``, a deadlock)."""
+    sc, b = cfg.schedule, cfg.buffer
+    n = chunk_groups(sc.batch_size, sc.workers, sc.group_size) * sc.group_size
+    least = lifo_min_capacity(sc.batch_size, n)
+    if b.capacity < least:
+        fit = -(-least // sc.trainers) * sc.trainers
+        raise ValueError(
+            f"buffer.capacity ({b.capacity}) must be >= {least} with buffer.lifo=true on "
+            f"schedule.engine=ray: each sampler call makes {n} rollouts (schedule.batch_size "
+            f"{sc.batch_size} / schedule.workers {sc.workers} in whole groups of "
+            f"schedule.group_size {sc.group_size}) and a sampler waits while the queue could "
+            f"not take them, so with this capacity every sampler can wait while the queue "
+            f"holds fewer than schedule.batch_size (a deadlock); least capacity = batch_size "
+            f"+ {n} - gcd({n}, batch_size); e.g. buffer.capacity={fit}")
 
 
 def parse_override(text: str) -> tuple[str, str, object]:
