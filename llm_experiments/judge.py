@@ -58,7 +58,7 @@ from replaytheory.verdicts import (TIE_RTOL, bootstrap_verdict, gate_distributio
 from .best_region import best_horizon, compute_to_target, default_targets, within_noise
 from .cells import kind, xy
 from .results import Run, by_cell, load_runs, same_warm_start
-from .validation import VARIANTS, load_probes, predict, smoothness
+from .validation import HORIZON_VARIANTS, VARIANTS, load_probes, predict, smoothness
 
 MEASURED = "measured"
 CELL_MU = "cell"
@@ -106,7 +106,7 @@ class Registration:
         acc = tuple(float(m) for m in d["accounting_mus"])
         preds = {}  # a variant without an optimum at some mu carries the reason, not (x, y)
         for variant, by_mu in d["predictions_judged"].items():
-            if isinstance(by_mu, dict) and variant in VARIANTS:
+            if isinstance(by_mu, dict) and variant in (*VARIANTS, *HORIZON_VARIANTS):
                 preds[variant] = {_mu_key(k, acc): tuple(xy_) for k, xy_ in by_mu.items()
                                   if isinstance(xy_, list)}
         return cls(d["name"], d["loss"], int(d["steps"]), tuple(d["horizons"]),

@@ -53,6 +53,10 @@ from .results import load_runs
 
 # The last three are theory.md section 10's reuse-aware variants (``replaytheory.reuse``).
 VARIANTS = ("asymptotic", "effective_coupling", "finite_eta", *REUSE_VARIANTS)
+# The horizon model's readouts (theory.md section 11; llm_experiments.horizon_predict): its
+# best buffer design, and its choice between that and on-policy training. Registered from
+# panel probes, not predicted by ``predict``.
+HORIZON_VARIANTS = ("horizon", "horizon_vs_on_policy")
 ACCOUNTING_MUS = (2.0, 6.84)
 
 
