@@ -663,10 +663,16 @@ def _explain_horizon(rec: ReplayRecommendation, req: _Request) -> str:
     if rec.horizon_source == HORIZON_MEASURED:
         share = ("" if req.run_updates is None else
                  f" ({MEASURED_HORIZON_SHARE:.0%} of run_updates = {req.run_updates})")
+        # The model's saving at a horizon it would not choose is the part measurements
+        # contradict: there a long buffer beat on-policy training (section 8.10).
+        doubt = ("" if rec.predicted_saving >= 0 else
+                 " The predicted saving above is the model's, whose horizon term is what the "
+                 "measurements contradict: on those settings this horizon beat on-policy "
+                 "training, which lost 5-13% of the best gain (theory.md 8.10).")
         return (f" The horizon is measured, not modelled: x = {rec.horizon:.3g} updates"
                 f"{share}, because {_MEASUREMENT}, and no horizon model is validated; "
                 f"{model_x}; y and the integers are the model's best at this horizon. "
-                f"horizon_source='model' returns the model's horizon.")
+                f"horizon_source='model' returns the model's horizon.{doubt}")
     return (f" The horizon is the model's and is not validated: {_MEASUREMENT}; "
             f"{model_x}.")
 
