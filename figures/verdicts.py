@@ -9,13 +9,19 @@ measure (``auc``):
   the seed bootstrap (on-policy's in the title), each prediction's cell marked;
 * ``verdicts_<name>.md``: per mu, the best cell with its probability and, per prediction,
   its cell, regret (median and interval) and Spearman (median and interval).
+  Below it, where the judge recorded them (``llm_experiments.best_region``): the best
+  horizon with leave-one-seed-out differences to its neighbours, the cells within the noise
+  of the best, compute to two targets, and the rule baseline x = 64, y = sqrt(mu);
 * ``verdicts_goal.md`` (``python -m figures.make_all``, every judged setting together): each
   prediction against the held-out goal of theory.md section 10.9 (``GoalRow``): predicted y
-  against the best cell's, regret, Spearman and the split-half gate.
+  against the best cell's, regret, Spearman and the split-half gate;
+* ``verdicts_closing.md`` (``--closing``): issue 25's table per setting and mu, the best
+  horizon with its neighbours' differences, the primary prediction, its regret and each
+  baseline's (on-policy, x = 64 with y = sqrt(mu), section 5's model), Spearman and gate.
 
-Run: ``python -m figures.verdicts RESULTS [...] [--out DIR] [--name NAME]``; each RESULTS is a
-folder holding ``validation.json`` or a ``validation*.json`` file (a second registration's
-``validation_<x>.json``); ``<name>`` is the folder's name plus ``_<x>`` (e.g.
+Run: ``python -m figures.verdicts RESULTS [...] [--out DIR] [--name NAME] [--closing]``; each
+RESULTS is a folder holding ``validation.json`` or a ``validation*.json`` file (a second
+registration's ``validation_<x>.json``); ``<name>`` is the folder's name plus ``_<x>`` (e.g.
 ``heldout_wide_hold_last``) unless ``--name`` gives one.
 """
 
@@ -55,20 +61,35 @@ def mu_label(r: dict) -> str:
     return f"accounting mu = {r['mu']:.3g}"
 
 
-def _fmt(d: dict | None) -> str:
-    """An interval record as 'median [low, high]'."""
-    if not d or d.get("median") is None or math.isnan(d["median"]):
+def _fmt(d: dict | None, null: str = "n/a") -> str:
+    """An interval record as 'median [low, high]'; 'n/a' without a median. A bound JSON could
+    not hold (inf or NaN, stored as null) shows as ``null`` ("inf" for compute that never
+    reached its target)."""
+    median = (d or {}).get("median")
+    if not d or median is None and null == "n/a" or median is not None and math.isnan(median):
         return "n/a"
-    return f"{d['median']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
+    low, high = (null if d[k] is None else f"{d[k]:.2f}" for k in ("low", "high"))
+    return f"{null if median is None else f'{median:.2f}'} [{low}, {high}]"
+
+
+def _cell(d: dict) -> str:
+    """A judged cell with the cells as near its advice (``tied``) and a flag for a horizon
+    past the grid."""
+    return d["cell"] + "".join(f" (tied: {t['cell']}, regret {_fmt(t['regret'])})"
+                               for t in d.get("tied", ())) + \
+        (" (x* past the grid)" if d.get("x_beyond_grid") else "")
 
 
 def table(records: list[dict], name: str) -> str:
-    """The primary measure's verdicts as a markdown table, one row per (mu, prediction)."""
+    """The primary measure's verdicts as markdown: one row per (mu, prediction) and baseline,
+    then, where the judge recorded them, the best horizon, the cells within the noise of the
+    best and compute to target (``sceptic_tables``)."""
     seeds = records[0].get("seeds")
     lines = [f"# Verdicts of {name} ({PRIMARY}, seeds {seeds if seeds else 'n/a'})", "",
              "Regret: the share of the best cell's gain over the warm start that the "
              "predicted cell loses (median and 90% bootstrap interval over seeds); "
-             "Spearman: predicted J against the measured score over the grid.", "",
+             "Spearman: predicted J against the measured score over the grid. A prediction "
+             "as near two cells is judged at the worse and the other shown as tied.", "",
              "| mu | best cell (P) | gate | prediction | its cell | P(its cell best) | regret "
              "| Spearman |", "|---|---|---|---|---|---|---|---|"]
     for r in (r for r in records if r["measure"] == PRIMARY):
@@ -76,13 +97,109 @@ def table(records: list[dict], name: str) -> str:
         head = (f"{mu_label(r)} | {r['best_cell']} "
                 f"({r['best_probability']:.2f}) | {r['gate_spearman']:.2f}")
         for v, d in r["predictions"].items():
-            lines.append(f"| {head} | {v} | {d['cell']} | {p_best.get(d['cell'], 0.0):.2f} | "
+            lines.append(f"| {head} | {v} | {_cell(d)} | {p_best.get(d['cell'], 0.0):.2f} | "
                          f"{_fmt(d['regret'])} | {_fmt(d['spearman'])} |")
             head = " | | "
         if r.get("on_policy_regret"):
             lines.append(f"| {head} | (no buffer) | on-policy | "
                          f"{p_best.get('on-policy', 0.0):.2f} | {_fmt(r['on_policy_regret'])} "
                          "| n/a |")
+        rule = (r.get("baselines") or {}).get(RULE)
+        if rule:
+            lines.append(f"| {head} | (rule {RULE}) | {_cell(rule)} | "
+                         f"{p_best.get(rule['cell'], 0.0):.2f} | {_fmt(rule['regret'])} | n/a |")
+    return "\n".join(lines) + "\n" + sceptic_tables(records)
+
+
+RULE = "x=64, y=sqrt(mu)"  # the judge's name of issue 25's rule baseline (judge.RULE)
+
+
+def _diff(d: dict | None) -> str:
+    """A paired difference record as 'mean [low, high] (won k/n)'."""
+    if not d or d.get("mean") is None:
+        return "n/a"
+    ci = "n/a" if d.get("low") is None else f"{d['low']:+.3f}, {d['high']:+.3f}"
+    return f"{d['mean']:+.3f} [{ci}] (won {d['wins']}/{d['seeds']})"
+
+
+def _neighbours(h: dict) -> str:
+    return "; ".join(f"vs x={n['horizon']:g}: {_diff(n['difference'])}" for n in h["neighbours"])
+
+
+def sceptic_tables(records: list[dict]) -> str:
+    """The primary measure's best horizon, cells within the noise of the best and compute to
+    target, as markdown ('' for verdicts from before the judge recorded them)."""
+    recs = [r for r in records if r["measure"] == PRIMARY and "best_horizon" in r]
+    if not recs:
+        return ""
+    lines = ["", "## Best horizon, out of sample", "",
+             "The best grid cell's horizon (P: a cell of it is best in the bootstrap); per "
+             "horizon its best cell's score; leave-one-seed-out paired differences to the "
+             "adjacent grid horizons (mean [90% t interval], seeds the best horizon won; each "
+             "horizon's y and learning rate chosen on the other seeds).", "",
+             "| mu | best horizon (P) | best score per horizon | neighbours |", "|---|---|---|---|"]
+    for r in recs:
+        h = r["best_horizon"]
+        per = ", ".join(f"x={p['horizon']:g}: {p['score']:.3f}" for p in h["per_horizon"]
+                        if p["score"] is not None)
+        lines.append(f"| {mu_label(r)} | x={h['horizon']:g} ({h['p_best']:.2f}) | {per} | "
+                     f"{_neighbours(h)} |")
+    lines += ["", "## Within the noise of the best", "",
+              "Cells whose paired loss against the best cell (share of its gain, same "
+              "bootstrap draws) has a 90% interval reaching 0: the data cannot tell them from "
+              "the best. Loss: median [interval].", "",
+              "| mu | cells | within noise |", "|---|---|---|"]
+    for r in recs:
+        near = ", ".join(f"{n['cell']} {_fmt(n['loss'])}" for n in r["within_noise"])
+        lines.append(f"| {mu_label(r)} | {len(r['within_noise'])} | {near} |")
+    targets = [(r, t) for r in recs for t in r.get("compute_to_target", ())]
+    if targets:
+        lines += ["", "## Compute to target", "",
+                  "Compute to first reach each accuracy, as a multiple of the fastest cell's in "
+                  "the same draws (median [90% interval]; inf: never reached).", "",
+                  "| mu | target | fastest cell (P) | compute ratio by cell |",
+                  "|---|---|---|---|"]
+    for r, t in targets:
+        ratios = ", ".join(f"{c} {_fmt(i, null='inf')}"
+                           for c, i in t["compute_ratio"].items())
+        lines.append(f"| {mu_label(r)} | {t['target']:g} | {t['fastest_cell']} "
+                     f"({t['fastest_probability']:.2f}) | {ratios} |")
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: float | None) -> str:
+    """A predicted coordinate; None is how JSON holds an infinite one."""
+    return "inf" if x is None else f"{x:.3g}"
+
+
+def closing_table(named: dict[str, list[dict]]) -> str:
+    """Issue 25's closing table of every judged setting (``{name: records}``), one row per
+    (setting, mu) of the primary measure: the best horizon with its neighbours' differences,
+    the registered primary prediction and its regret, the regret of each baseline, the
+    prediction's Spearman and the gate. A setting without a registered primary variant gets
+    a row per prediction."""
+    lines = [f"# Best horizon, prediction and baselines per setting and mu ({PRIMARY})", "",
+             "Regret: share of the best cell's gain lost (median [90% interval], one bootstrap "
+             "for all); neighbours: leave-one-seed-out differences of the best horizon to the "
+             "adjacent ones (positive: the best horizon wins); n/a: not recorded.", "",
+             "| setting | mu | best horizon (P) | neighbours | prediction | regret | on-policy | "
+             f"{RULE} | section 5 | Spearman | gate |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, records in named.items():
+        for r in (r for r in records if r["measure"] == PRIMARY):
+            h, base = r.get("best_horizon"), r.get("baselines") or {}
+            horizon = f"x={h['horizon']:g} ({h['p_best']:.2f}) | {_neighbours(h)}" if h \
+                else "n/a | n/a"
+            primary = r.get("primary_variant")
+            for v in [primary] if primary in r["predictions"] else list(r["predictions"]):
+                d = r["predictions"][v]
+                lines.append(
+                    f"| {name} | {mu_label(r)} | {horizon} | {v}: x*={_num(d['x_star'])}, "
+                    f"y*={_num(d['y_star'])} -> {_cell(d)} | {_fmt(d['regret'])} | "
+                    f"{_fmt(r.get('on_policy_regret'))} | "
+                    f"{_fmt((base.get(RULE) or {}).get('regret'))} | "
+                    f"{_fmt((base.get('section 5') or {}).get('regret'))} | "
+                    f"{_fmt(d['spearman'])} | {r['gate_spearman']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -190,6 +307,14 @@ def main_goal(named: dict[str, list[dict]], out=None) -> Path:
     return md
 
 
+def main_closing(named: dict[str, list[dict]], out=None) -> Path:
+    """Write ``verdicts_closing.md`` (``closing_table`` of every setting in ``named``)."""
+    out_dir = Path(out) if out else Path(__file__).resolve().parent / "out"
+    md = out_dir / "verdicts_closing.md"
+    atomic_write(str(md), lambda fh: fh.write(closing_table(named)))
+    return md
+
+
 def draw(records: list[dict], name: str):
     """The P(best) heatmaps of the primary measure, one panel per mu, predictions marked."""
     recs = [r for r in records if r["measure"] == PRIMARY]
@@ -255,9 +380,16 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="output folder (default figures/out)")
     p.add_argument("--name", help="name of the outputs (one results folder only; default: "
                    "the folder's name)")
+    p.add_argument("--closing", action="store_true", help="write only verdicts_closing.md, "
+                   "the best horizon, prediction and baselines of every results given")
     a = p.parse_args(argv)
     if a.name and len(a.results) > 1:
         p.error("--name takes one results folder")
+    if a.closing:
+        paths = [Path(d) / "validation.json" if Path(d).is_dir() else Path(d)
+                 for d in a.results]
+        print(main_closing({default_name(q): load_records(q) for q in paths}, a.out))
+        return 0
     for d in a.results:
         for path in main_one(d, a.out, a.name):
             print(path)

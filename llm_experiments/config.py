@@ -31,6 +31,7 @@ from replaytheory.buffer import SAMPLING_MODES
 from replaytheory.cli_input import BadInput, file_label, kind_name, read_text
 
 from .engines import ENGINES
+from .engines.ray_plan import chunk_groups, lifo_min_capacity
 from .samplers import BACKENDS
 from .schedule import MODES, buffer_shards, rollouts_per_step
 from .tasks import TASKS
@@ -297,6 +298,10 @@ class SamplerConfig(_Section):
     the trainer scores the full softmax, so a ratio-based loss would see a fresh sample's
     ratio below 1. max_new_tokens (>= 1).
     vllm_kv_cache_gb: KV-cache size of the vLLM CPU backend, GiB (>= 1).
+    vllm_gpu_memory: share of a GPU's memory the vLLM engine may take, in (0, 1] (its own
+        default is 0.9, which leaves a trainer on the same GPU too little).
+    vllm_eager: run vLLM eagerly (true) or let it capture CUDA graphs (false; faster
+        decoding on a GPU, slower start).
     """
 
     SECTION: ClassVar[str] = "sampler"
@@ -305,6 +310,8 @@ class SamplerConfig(_Section):
     top_p: float = _real(1.0, 0.0, 1.0, lo_open=True)
     max_new_tokens: int = _int(6, 1)
     vllm_kv_cache_gb: int = _int(1, 1)
+    vllm_gpu_memory: float = _real(0.4, 0.0, 1.0, lo_open=True)
+    vllm_eager: bool = _flag(True)
 
 
 @dataclass
@@ -389,7 +396,9 @@ class BufferConfig(_Section):
     sampling: "with_replacement", "without_replacement", "never_used_first".
     delta: positive-bias coefficient in [0, 1). lifo: the no-buffer queue (each rollout used
     once, freshest first) instead of a replay buffer; it needs whole groups per batch and at
-    most B rollouts made per step (the surplus would be evicted unused).
+    most B rollouts made per step (the surplus would be evicted unused); on the Ray engine a
+    capacity >= B + n - gcd(n, B), n the rollouts of one sampler call, or the samplers can
+    deadlock (``engines.ray_plan.lifo_min_capacity``).
     horizon: staleness horizon x = N/R in steps (theory.md section 4), >= 0. When > 0 it sets
     capacity = round(x R) (at least 1, rounded up to a multiple of the trainers), with R the
     rollouts per step of the schedule (sync: B/y; async: B W / (T mu_accounting)); 0 = use
@@ -422,8 +431,19 @@ class TrainerConfig(_Section):
     weight_decay >= 0.
     grad_clip: global gradient-norm clip (0 = off). per_sample_clip: clip each rollout's
         gradient norm before averaging (0 = off; uses per-sample gradients, slower).
-    micro_batch: rollouts per forward/backward pass (0 = the whole batch at once); the
-        gradient is the same, only memory changes.
+    micro_batch: rollouts per forward/backward pass; 0 = the largest whose predicted peak
+        (``memory.predict_update_memory``) fits ``memory_gb``, the whole batch when it
+        fits; the gradient is the same, only memory changes.
+    memory_gb: the update's memory budget in GiB (> 0), or 0 = 85% of a CUDA device's
+        memory, 16 GiB on CPU (``memory.budget_bytes``).
+    logit_chunk: completion tokens whose vocabulary logits are computed at once (>= 1;
+        recomputed in the backward pass, ``losses.chunked_logprobs``), or 0 = as many as
+        fit 1 GiB (``memory.logit_chunk``); a chunk covering the micro-batch computes them
+        in one piece (the earlier computation, bitwise).
+    master_weights: with a bfloat16/float16 ``model.dtype``, keep the trainer's parameters
+        and Adam state in float32 and run the forward under autocast to ``model.dtype``
+        (the sampler holds a ``model.dtype`` copy); false: parameters in ``model.dtype``,
+        where small updates round away. No effect with float32.
     """
 
     SECTION: ClassVar[str] = "trainer"
@@ -440,6 +460,9 @@ class TrainerConfig(_Section):
     grad_clip: float = _real(1.0, 0.0)
     per_sample_clip: float = _real(0.0, 0.0)
     micro_batch: int = _int(0, 0)
+    memory_gb: float = _real(0.0, 0.0)
+    logit_chunk: int = _int(0, 0)
+    master_weights: bool = _flag(True)
 
 
 @dataclass
@@ -480,6 +503,9 @@ class ProbeConfig(_Section):
     gradient (k in probe intervals, >= 1; empty = off). contribution: the ``contribution``
     table (clip fraction, kept share of the gradient, importance weight per probed buffer
     rollout; needs a loss with an importance ratio).
+    panel_groups: groups of each long-range panel (0 = off; theory.md section 11.1): made at
+    each step of panel_births, never trained on, measured again at birth + g for g in
+    panel_gaps (steps); needs a loss with an importance ratio.
     """
 
     SECTION: ClassVar[str] = "probe"
@@ -493,6 +519,9 @@ class ProbeConfig(_Section):
     max_snapshots: int = _int(64, 1)
     reuse_gaps: list = _int_list([], 1)
     contribution: bool = _flag(False)
+    panel_groups: int = _int(0, 0)
+    panel_births: list = _int_list([0], 0)
+    panel_gaps: list = _int_list([1, 2, 4, 8, 16, 32, 64, 128, 256], 1)
 
     def check(self) -> None:
         """The reference gradient splits the fresh groups in two halves; the noise and
@@ -611,16 +640,41 @@ def check_resolved(cfg: Config) -> None:
             least = f"{need}, the batch per trainer with {how}" if by_batch else "1"
             raise ValueError(f"buffer.capacity per shard ({per}{origin}){recent} must be >= "
                              f"{least}, or the buffer can never give a batch")
+        if b.lifo and sc.engine == "ray":
+            _check_ray_lifo(cfg)
     s, loss = cfg.sampler, cfg.trainer.loss
     if s.top_p < 1 and loss in _Owned("losses", "RATIO_LOSSES"):
         raise ValueError(f"sampler.top_p ({s.top_p:g}) must be 1 with trainer.loss={loss}: "
                          f"the trainer scores the full softmax, so a fresh sample's importance "
                          f"ratio would be below 1; allowed: sampler.top_p=1, or "
                          f"trainer.loss=asymre (no ratio) with any top_p in (0, 1]")
+    if cfg.probe.panel_groups and loss not in _Owned("losses", "RATIO_LOSSES"):
+        raise ValueError(f"probe.panel_groups > 0 needs a trainer.loss with an importance "
+                         f"ratio, one of {list(_Owned('losses', 'RATIO_LOSSES'))}; got "
+                         f"trainer.loss={loss}")
     if cfg.probe.contribution and loss not in _Owned("losses", "RATIO_LOSSES"):
         raise ValueError(f"probe.contribution=true needs a trainer.loss with an importance "
                          f"ratio, one of {list(_Owned('losses', 'RATIO_LOSSES'))}; got "
                          f"trainer.loss={loss}")
+
+
+def _check_ray_lifo(cfg: Config) -> None:
+    """The Ray engine's LIFO queue must be large enough that its samplers, which wait while
+    the queue could not take their chunk, can never all wait with less than a batch held
+    (``engines.ray_plan.lifo_min_capacity``, a deadlock)."""
+    sc, b = cfg.schedule, cfg.buffer
+    n = chunk_groups(sc.batch_size, sc.workers, sc.group_size) * sc.group_size
+    least = lifo_min_capacity(sc.batch_size, n)
+    if b.capacity < least:
+        fit = -(-least // sc.trainers) * sc.trainers
+        raise ValueError(
+            f"buffer.capacity ({b.capacity}) must be >= {least} with buffer.lifo=true on "
+            f"schedule.engine=ray: each sampler call makes {n} rollouts (schedule.batch_size "
+            f"{sc.batch_size} / schedule.workers {sc.workers} in whole groups of "
+            f"schedule.group_size {sc.group_size}) and a sampler waits while the queue could "
+            f"not take them, so with this capacity every sampler can wait while the queue "
+            f"holds fewer than schedule.batch_size (a deadlock); least capacity = batch_size "
+            f"+ {n} - gcd({n}, batch_size); e.g. buffer.capacity={fit}")
 
 
 def parse_override(text: str) -> tuple[str, str, object]:

@@ -170,9 +170,10 @@ class StaticDecoder:
         return self.model.lm_head(hidden[:, -1])
 
 
-def shared_prompt_logits(model, batch):
-    """Logits (n, L, V) predicting each completion token of a ``losses.PromptBatch``: the
-    prompt segment once per distinct prompt, the completion segment per row."""
+def _shared_prompt_states(model, batch):
+    """(prompt_last (U, h), completion (n, L-1, h) or None): final-normed hidden states of a
+    ``losses.PromptBatch``, the prompt segment once per distinct prompt (its last state
+    predicts completion token 0), the completion segment per row."""
     keys, values = [], []
 
     def attend_prompt(i, q, k, v):
@@ -182,16 +183,32 @@ def shared_prompt_logits(model, batch):
 
     embed = model.model.embed_tokens
     prompt_hidden = run_layers(model, embed(batch.prompt_ids), batch.prompt_pos, attend_prompt)
-    row, length = batch.row, batch.targets.shape[1]
-    first = model.lm_head(prompt_hidden[:, -1])[row]  # predicts completion token 0
-    if length == 1:
-        return first[:, None]
+    if batch.targets.shape[1] == 1:
+        return prompt_hidden[:, -1], None
+    row = batch.row
 
     def attend_completion(i, q, k, v):
         return _attention(model, q, torch.cat([keys[i][row], k], 2),
                           torch.cat([values[i][row], v], 2), batch.completion_attention)
 
     # Completion tokens 0..L-2 predict tokens 1..L-1.
-    hidden = run_layers(model, embed(batch.targets[:, :-1]), batch.completion_pos,
-                        attend_completion)
+    return prompt_hidden[:, -1], run_layers(model, embed(batch.targets[:, :-1]),
+                                            batch.completion_pos, attend_completion)
+
+
+def shared_prompt_logits(model, batch):
+    """Logits (n, L, V) predicting each completion token of a ``losses.PromptBatch``: the
+    prompt segment once per distinct prompt, the completion segment per row."""
+    prompt_last, hidden = _shared_prompt_states(model, batch)
+    first = model.lm_head(prompt_last)[batch.row]  # predicts completion token 0
+    if hidden is None:
+        return first[:, None]
     return torch.cat([first[:, None], model.lm_head(hidden)], 1)
+
+
+def shared_prompt_hidden(model, batch):
+    """Final-normed hidden states (n, L, h) whose ``lm_head`` gives the logits of
+    ``shared_prompt_logits`` (for a head applied in chunks, ``losses.chunked_logprobs``)."""
+    prompt_last, hidden = _shared_prompt_states(model, batch)
+    first = prompt_last[batch.row][:, None]
+    return first if hidden is None else torch.cat([first, hidden], 1)

@@ -32,11 +32,13 @@ from .buffer import Rollout, RolloutBuffer
 from .config import OPTIMIZERS, Config, save_config
 from .direct import supports
 from .kernels import use_onednn_linear
+from .memory import ModelShape, budget_bytes, choose_micro_batch, logit_chunk
 from .gradients import clipped_mean_grad, flat_grad
-from .losses import (batch_logprobs, collate, collate_prompts, group_advantages, loss_stats,
-                     policy_loss)
+from .losses import (TokenBatch, batch_logprobs, collate, collate_prompts, group_advantages,
+                     loss_stats, policy_loss)
 from .metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
-from .models import encode_prompt, load_policy, param_count, weights_sha256
+from .models import (DTYPES, autocast, encode_prompt, load_policy, param_count,
+                     weights_sha256)
 from .probes import Prober, RunCounts, RunView
 from .samplers import WeightUpdate, make_sampler
 from .schedule import ComputeClock, Production, WeightStore
@@ -84,6 +86,21 @@ class PolicyTrainer:
         self.loss_kwargs = {"loss": tr.loss, "clip_low": tr.clip_low,
                             "clip_high": tr.clip_high, "is_cap": tr.is_cap,
                             "max_new_tokens": self.cfg.sampler.max_new_tokens}
+        self.shape = ModelShape.of(self.model)
+        self.logit_chunk = tr.logit_chunk or logit_chunk(self.shape.vocab)
+
+    def micro_batch(self, batch) -> int:
+        """Rows per forward/backward pass: ``trainer.micro_batch``, else the largest whose
+        predicted peak fits the memory budget (``memory.choose_micro_batch``)."""
+        tr = self.cfg.trainer
+        if tr.micro_batch:
+            return tr.micro_batch
+        width = batch.input_ids.shape[1] if isinstance(batch, TokenBatch) else \
+            batch.prompt_ids.shape[1] + batch.targets.shape[1]
+        return choose_micro_batch(self.shape, len(batch), width,
+                                  budget_bytes(tr.memory_gb, self.device),
+                                  compute_bytes=DTYPES[self.cfg.model.dtype].itemsize,
+                                  chunk=self.logit_chunk)
 
     def reduce_gradients(self) -> None:
         """Average the gradient over data-parallel trainers; one process holding the whole
@@ -99,11 +116,12 @@ class PolicyTrainer:
         batch = make(rollouts, self.tokenizer.pad_token_id, self.device)
         n = len(batch)
         self.opt.zero_grad(set_to_none=True)
-        micro = tr.micro_batch or n
+        micro = self.micro_batch(batch)
         logps, ents, loss_sum = [], [], 0.0
         for start in range(0, n, micro):
             part = batch.rows(slice(start, start + micro))
-            logp, ent = batch_logprobs(self.model, part, temp)
+            with autocast(self.cfg, self.device):
+                logp, ent = batch_logprobs(self.model, part, temp, self.logit_chunk)
             loss = policy_loss(logp, part, **self.loss_kwargs).sum() / n
             if not tr.per_sample_clip:
                 loss.backward()
@@ -165,7 +183,8 @@ class Experiment(PolicyTrainer):
         self.elapsed_before = 0.0
         self._prompt_ids: dict[int, list[int]] = {}
         self.eval_prompts = [self.encode(p) for p in self.task.eval_problems]
-        self.prober = Prober(cfg, self._run_view()) if cfg.probe.every else None
+        probing = cfg.probe.every or cfg.probe.panel_groups
+        self.prober = Prober(cfg, self._run_view()) if probing else None
 
     def _run_view(self) -> RunView:
         """What the prober may read of this run (``probes.RunView``)."""
@@ -295,9 +314,11 @@ class Experiment(PolicyTrainer):
         if self.prober:
             self.weights.publish(t, self.model)
         new = self.production.fill(self.buffer, t, self.produce)
-        probing = self.prober is not None and t % self.cfg.probe.every == 0
+        probing = self.prober is not None and self.prober.due(t)
         if probing:
             self.prober.probe(t)
+        if self.prober:
+            self.prober.panel_step(t)
         batch = self.buffer.sample(sc.batch_size, t, self.rng)
         self.consumed += len(batch)
         stats = self.train_step(batch, keep_grad=probing)

@@ -6,12 +6,24 @@ the primary measure, the secondary targets, the bootstrap and the predictions to
 each mu (the measured one, the accounting values, and each cell's own measured mu) and each
 measure, ``judge`` writes one record: every cell's median score at its best learning rate and
 its probability of being best, the bootstrap-mode best cell, whether it is interior to the
-grid, each prediction's nearest cell with its regret (median and interval; a cell equally
-near, as x* = 8 is to horizons 4 and 16, is reported beside it with its own), the Spearman of
+grid, each prediction's nearest cell with its regret (median and interval), the Spearman of
 each prediction's objective J with the measured scores (interval), on-policy's regret (the
 no-buffer advice a prediction must beat; None for a grid without it), the split-half gate, the
 registration judged and the curves files read (path and sha256 of the bytes of each, to find
 in git history: ``provenance.py``).
+
+Ties: a prediction as near two cells (squared log distances equal up to ``TIE_RTOL``, as
+x* = 8 is to horizons 4 and 16) is judged at both in the same draws; ``cell`` and ``regret``
+are the worse one's (``worse``), ``tied`` holds the other, ``nearest_cell`` the cell the
+floating-point distance alone would pick. x* = inf is the grid's largest horizon, and a
+prediction past it is flagged (``x_beyond_grid``).
+
+Beside them (issue 25; ``best_region``): the registered primary variant, three baselines in
+the same draws (``baselines``: on-policy, the rule x = 64, y = sqrt(mu) at its nearest cell
+with ties as above, section 5's model = the ``asymptotic`` prediction when registered), the
+best horizon with leave-one-seed-out differences to its neighbours (``best_horizon``), the
+cells within the noise of the best (``within_noise``) and, in the AUC records, compute to two
+targets (``compute_to_target``).
 
 Measures: ``auc`` (primary, higher is better): mean accuracy over compute in [0, C(mu)],
 C(mu) = steps (1 + mu / y_max), the compute the cheapest cell spends in the run
@@ -40,11 +52,13 @@ from replaytheory.cli_input import (BadInput, Parser, existing_file, file_label,
                                     one_line, output_file, read_json)
 from replaytheory.io import write_json
 from replaytheory.noise import EXTRAPOLATIONS
-from replaytheory.verdicts import bootstrap_verdict, gate_distribution, regret_gain, regret_ratio
+from replaytheory.verdicts import (TIE_RTOL, bootstrap_verdict, gate_distribution, regret_gain,
+                                   regret_ratio)
 
+from .best_region import best_horizon, compute_to_target, default_targets, within_noise
 from .cells import kind, xy
 from .results import Run, by_cell, load_runs, same_warm_start
-from .validation import VARIANTS, load_probes, predict, smoothness
+from .validation import HORIZON_VARIANTS, VARIANTS, load_probes, predict, smoothness
 
 # what ``Registration.load`` reads, for its error messages
 REGISTRATION = "a registration (predict's prediction.json or a preregistration.json)"
@@ -77,6 +91,10 @@ class Registration:
     # The calibration's initial policy ({"warm_start_sha256", "warm_start_accuracy"}; None in
     # registrations from before predict recorded it): the grid's runs must share it.
     warm_start: dict | None = None
+    # The registered primary variant (None in registrations without one) and the accuracies
+    # of the compute-to-target comparison beside AUC (empty: ``best_region.default_targets``)
+    primary_variant: str | None = None
+    compute_targets: tuple = ()
 
     def __post_init__(self):
         choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
@@ -90,7 +108,7 @@ class Registration:
             acc = tuple(float(m) for m in d["accounting_mus"])
             preds = {}  # a variant without an optimum at some mu carries the reason, not (x, y)
             for variant, by_mu in d["predictions_judged"].items():
-                if isinstance(by_mu, dict) and variant in VARIANTS:
+                if isinstance(by_mu, dict) and variant in (*VARIANTS, *HORIZON_VARIANTS):
                     preds[variant] = {_mu_key(k, acc): tuple(xy_) for k, xy_ in by_mu.items()
                                       if isinstance(xy_, list)}
             return cls(d["name"], d["loss"], int(d["steps"]), tuple(d["horizons"]),
@@ -99,7 +117,9 @@ class Registration:
                        tuple(d.get("secondary_targets", ())), int(d["bootstrap"]["draws"]),
                        float(d["bootstrap"]["interval"]), int(d["bootstrap"]["rng_seed"]),
                        float(d["gate"]["threshold"]), preds, d.get("extrapolate", "none"),
-                       path, file_sha256(path), d.get("warm_start"))
+                       path, file_sha256(path), d.get("warm_start"),
+                       primary_variant=d.get("primary_variant"),
+                       compute_targets=tuple(float(a) for a in d.get("compute_targets", ())))
         except KeyError as exc:
             raise missing_field(exc, path, flag, REGISTRATION) from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -173,29 +193,37 @@ class SweepGrid:
                 t[i, self.lrs.index(r.lr), self.seeds.index(r.seed)] = score(r)
         return t
 
-    def nearest(self, x: float, y: float) -> int:
-        """The grid cell nearest (x, y) in (log x, log y); on-policy if x < 1 (the
-        prediction is on-policy: a horizon under one step). Of cells at the same distance up
-        to rounding (``tied``), the exactly nearest in floating point (the registered rule)."""
+    def equally_near(self, x: float, y: float) -> list[int]:
+        """The cells nearest (x, y) in (log x, log y): the exactly nearest in floating point
+        first, then every other cell as near up to ``TIE_RTOL`` (x* = 8 between horizons 4 and
+        16). On-policy alone if x < 1 (the prediction is on-policy: a horizon under one step).
+        x = inf (the objective keeps falling with the horizon) means the grid's largest
+        horizon, y = inf its largest replay ratio. ValueError for a NaN or non-positive x, y."""
+        for name, value in (("x_star", x), ("y_star", y)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 (inf allowed), got {value!r}")
         if x < 1 and self.on_policy >= 0:
-            return self.on_policy
+            return [self.on_policy]
         grid = [i for i in range(len(self.cells)) if i != self.on_policy]
-        return grid[int(np.argmin(self._log_distances(x, y, grid)))]
-
-    def tied(self, x: float, y: float) -> list[int]:
-        """The other cells as near (x, y) as ``nearest`` up to rounding (relative 1e-9), e.g.
-        x* = 8 between horizons 4 and 16: their regrets are reported beside the verdict's."""
-        first = self.nearest(x, y)
-        if first == self.on_policy:
-            return []
-        grid = [i for i in range(len(self.cells)) if i != self.on_policy]
+        for values, target in ((self.horizons, x), (self.ratios, y)):
+            if math.isinf(target):  # log distances would all be inf: the edge, explicitly
+                top = max(values[i] for i in grid)
+                grid = [i for i in grid if values[i] == top]
         d = self._log_distances(x, y, grid)
-        return [i for i, di in zip(grid, d) if i != first
-                and math.isclose(di, d.min(), rel_tol=1e-9, abs_tol=1e-12)]
+        order = np.argsort(d, kind="stable")
+        return [grid[k] for k in order
+                if math.isclose(d[k], d[order[0]], rel_tol=TIE_RTOL, abs_tol=1e-12)]
+
+    def beyond_grid(self, x: float) -> bool:
+        """Whether horizon ``x`` (inf included) lies past the grid's largest horizon."""
+        keep = np.arange(len(self.cells)) != self.on_policy
+        return bool(x > self.horizons[keep].max())
 
     def _log_distances(self, x: float, y: float, cells: list[int]) -> np.ndarray:
-        return np.array([(math.log(self.horizons[i] / x)) ** 2
-                         + (math.log(self.ratios[i] / y)) ** 2 for i in cells])
+        # an infinite coordinate was resolved to the grid's edge (equally far): no term
+        return np.array([(0.0 if math.isinf(x) else math.log(self.horizons[i] / x)) ** 2
+                         + (0.0 if math.isinf(y) else math.log(self.ratios[i] / y)) ** 2
+                         for i in cells])
 
     def mu_of_cell(self) -> dict:
         """Each cell's own measured mu: the median of its runs' ``mu_measured``."""
@@ -235,46 +263,87 @@ def objectives(reg: Registration, grid: SweepGrid, calibration_dir: str, mus: di
 
 # the key of on-policy's regret among the predictions' (a variant name never has a space)
 NO_BUFFER = "on-policy baseline"
+# Issue 25's baseline: a long buffer with the replay ratio's square-root rule, written after
+# seeing the first grids (every best horizon there was 64), so a bar to beat, not evidence.
+RULE = "x=64, y=sqrt(mu)"
+RULE_HORIZON = 64.0
+# Section 5's model among the registered variants
+STANDARD = "asymptotic"
+
+
+def advice_cells(grid: SweepGrid, reg: Registration, mu_key: str, mu: float) -> dict:
+    """name -> the cells equally near each piece of advice (``SweepGrid.equally_near``): every
+    registered prediction at ``mu_key``, and the rule x = 64, y = sqrt(mu)."""
+    out = {v: grid.equally_near(*reg.predictions[v][mu_key]) for v in reg.predictions
+           if mu_key in reg.predictions[v]}
+    out[RULE] = grid.equally_near(RULE_HORIZON, math.sqrt(mu))
+    return out
+
+
+def worse(regrets: list) -> int:
+    """Which of equally near cells a verdict judges: the worse one, by the larger median
+    regret, then the larger upper end (NaN counts as no regret); the first (the exactly
+    nearest) when they are the same."""
+    def key(k):
+        r = regrets[k]
+        return tuple(-math.inf if math.isnan(val) else val for val in (r.median, r.high))
+    return max(range(len(regrets)), key=key)
+
+
+def advice_record(grid: SweepGrid, cells: list, verdict, name: str) -> dict:
+    """The judged cell of one piece of advice (the worse of equally near ``cells``, whose
+    regrets the verdict holds as ``name|k``), its regret, the others (``tied``) and the cell the
+    floating-point rule alone would take (``nearest_cell``)."""
+    regrets = [verdict.regret[f"{name}|{k}"] for k in range(len(cells))]
+    w = worse(regrets)
+    return {"cell": grid.labels[cells[w]], "regret": regrets[w].as_dict(),
+            "tied": [{"cell": grid.labels[j], "regret": regrets[k].as_dict()}
+                     for k, j in enumerate(cells) if k != w],
+            "nearest_cell": grid.labels[cells[0]]}
 
 
 def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.ndarray,
-              mu_key: str, objective: dict, baseline: float) -> dict:
+              mu_key: str, objective: dict, baseline: float, mu: float) -> dict:
     """The verdict of one (mu, measure) as a record (see the module docstring)."""
     candidates = np.ones(len(grid.cells), bool)
-    preds = {v: grid.nearest(*reg.predictions[v][mu_key]) for v in reg.predictions
-             if mu_key in reg.predictions[v]}
-    tied = {v: {f"{v} tie {k}": j for k, j in enumerate(grid.tied(*reg.predictions[v][mu_key]))}
-            for v in preds}
-    ties = {t: j for by_v in tied.values() for t, j in by_v.items()}
+    advice = advice_cells(grid, reg, mu_key, mu)
+    named = {f"{name}|{k}": j for name, cells in advice.items() for k, j in enumerate(cells)}
     # no buffer is the advice every prediction must beat, so its regret gets the same draws
     baseline_cell = {NO_BUFFER: grid.on_policy} if grid.on_policy >= 0 else {}
     regret = regret_gain(baseline) if measure.better == "max" else regret_ratio
-    verdict = bootstrap_verdict(table, measure.better, candidates,
-                                {**preds, **ties, **baseline_cell}, regret,
-                                objectives={v: objective[v][mu_key] for v in objective
-                                            if mu_key in objective[v]},
+    verdict = bootstrap_verdict(table, measure.better, candidates, {**named, **baseline_cell},
+                                regret, objectives={v: objective[v][mu_key] for v in objective
+                                                    if mu_key in objective[v]},
                                 draws=reg.draws, seed=reg.rng_seed, level=reg.level)
+    judged = {name: advice_record(grid, cells, verdict, name) for name, cells in advice.items()}
     gate = split_half_spearman(table, measure.better)
     best = verdict.mode
+    cells = cell_records(grid, table, measure.better, verdict.p_best)
+    preds = {v: {"x_star": reg.predictions[v][mu_key][0], "y_star": reg.predictions[v][mu_key][1],
+                 **{k: judged[v][k] for k in ("cell", "regret")},
+                 "spearman": verdict.spearman[v].as_dict() if v in verdict.spearman else None,
+                 "tied": judged[v]["tied"], "nearest_cell": judged[v]["nearest_cell"],
+                 "x_beyond_grid": grid.beyond_grid(reg.predictions[v][mu_key][0])}
+             for v in advice if v != RULE}
     return {
-        "measure": measure.name, "better": measure.better,
-        "cells": cell_records(grid, table, measure.better, verdict.p_best),
+        "measure": measure.name, "better": measure.better, "cells": cells,
         "best_cell": grid.labels[best], "best_probability": float(verdict.p_best[best]),
-        "best_interior": interior(grid, best),
-        "predictions": {v: {"x_star": reg.predictions[v][mu_key][0],
-                            "y_star": reg.predictions[v][mu_key][1],
-                            "cell": grid.labels[i], "regret": verdict.regret[v].as_dict(),
-                            "spearman": verdict.spearman[v].as_dict()
-                            if v in verdict.spearman else None,
-                            "tied": [{"cell": grid.labels[j], "regret": verdict.regret[t].as_dict()}
-                                     for t, j in tied[v].items()]}
-                      for v, i in preds.items()},
+        "best_interior": interior(grid, best), "predictions": preds,
         "on_policy_regret": verdict.regret[NO_BUFFER].as_dict() if baseline_cell else None,
         "gate_spearman": gate, "gate_passed": bool(gate >= reg.threshold),
         "gate_halvings": gate_distribution(table, measure.better, seed=reg.rng_seed,
                                            level=reg.level).as_dict(),
         "seeds_per_cell": [int((~np.isnan(table[i])).any(axis=0).sum())
-                           for i in range(len(grid.cells))]}
+                           for i in range(len(grid.cells))],
+        "primary_variant": reg.primary_variant,
+        "baselines": {"on-policy": {"cell": "on-policy", "regret": verdict.regret[NO_BUFFER]
+                                    .as_dict()} if baseline_cell else None,
+                      RULE: {"x": RULE_HORIZON, "y": math.sqrt(mu), **judged[RULE]},
+                      "section 5": {"variant": STANDARD, "cell": preds[STANDARD]["cell"],
+                                    "regret": preds[STANDARD]["regret"]}
+                      if STANDARD in preds else None},
+        "best_horizon": best_horizon(grid, table, measure.better, verdict, reg.level),
+        "within_noise": within_noise(grid, verdict)}
 
 
 def cell_records(grid: SweepGrid, table: np.ndarray, better: str, p_best: np.ndarray) -> list:
@@ -384,15 +453,31 @@ def judge(curves, reg: Registration, calibration_dir: str | None,
     records = []
     for key, mu in [*mus.items(), (CELL_MU, mus[MEASURED])]:
         pred_key = MEASURED if key == CELL_MU else key
+        mu_run = (lambda r: cell_mu[r.cell]) if key == CELL_MU else (lambda r, mu=mu: mu)
         for m in measures(reg, budget):
-            mu_run = (lambda r: cell_mu[r.cell]) if key == CELL_MU else (lambda r, mu=mu: mu)
             table = grid.table(lambda r: m.score(r, mu_run(r)))
-            rec = judge_one(grid, reg, m, table, pred_key, obj, baseline)
+            rec = judge_one(grid, reg, m, table, pred_key, obj, baseline, mu)
+            if m.name == "auc":
+                rec["compute_to_target"] = compute_to_target(
+                    grid, rec, target_tables(grid, reg, rec, mu_run, baseline),
+                    reg.draws, reg.rng_seed, reg.level)
             records.append({"mu": mu, "mu_source": key, "budget": budget(mu)
                             if m.name == "auc" else None, "seeds": grid.seeds,
                             "registration": {"path": reg.path, "sha256": reg.sha256},
                             "curves": read, **rec})
     return records
+
+
+def target_tables(grid: SweepGrid, reg: Registration, record: dict, mu_run,
+                  warm_start: float) -> list:
+    """(target accuracy, (cells, lrs, seeds) compute to first reach it at ``mu_run(run)``)
+    pairs:
+    the registration's ``compute_targets``, else ``best_region.default_targets`` from the
+    AUC verdict ``record``'s best cell."""
+    best = grid.labels.index(record["best_cell"])
+    lr = next(c["lr"] for c in record["cells"] if c["label"] == record["best_cell"])
+    targets = reg.compute_targets or default_targets(grid, best, lr, warm_start)
+    return [(a, grid.table(lambda r, a=a: r.compute_to_target(mu_run(r), a))) for a in targets]
 
 
 def main(argv=None) -> int:

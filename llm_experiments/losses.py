@@ -111,11 +111,32 @@ def collate(rollouts, pad_id: int, device="cpu") -> TokenBatch:
 
 def target_logprobs(picked: torch.Tensor, targets: torch.Tensor, temperature: float):
     """(log-probs, entropies), each (n, L), of ``targets`` (n, L) under softmax(picked / T),
-    ``picked`` (n, L, V) the logits that predict them."""
+    ``picked`` (n, L, V) the logits that predict them. The entropy is a diagnostic, computed
+    outside the autograd graph (its graph would hold two more (n, L, V) float32 tensors)."""
     logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    with torch.no_grad():
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
+
+
+def chunked_logprobs(head: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor,
+                     temperature: float, chunk: int):
+    """``target_logprobs`` of the logits ``hidden @ head.T`` computed ``chunk`` (>= 1) tokens
+    at a time: head (V, h) the output layer's weight, hidden (n, L, h) the states that
+    predict targets (n, L). Each chunk's product and softmax
+    are recomputed in the backward pass (activation checkpointing), so neither the forward
+    nor the graph ever holds more than one chunk's (chunk, V) float32 logits."""
+    from torch.utils.checkpoint import checkpoint
+    n, length = targets.shape
+    flat_h, flat_t = hidden.reshape(n * length, -1), targets.reshape(-1)
+
+    def part(h, t):
+        return target_logprobs(torch.nn.functional.linear(h, head), t, temperature)
+    outs = [checkpoint(part, flat_h[i:i + chunk], flat_t[i:i + chunk], use_reentrant=False)
+            for i in range(0, n * length, chunk)]
+    return (torch.cat([o[0] for o in outs]).view(n, length),
+            torch.cat([o[1] for o in outs]).view(n, length))
 
 
 def token_logprobs(logits: torch.Tensor, batch: TokenBatch, temperature: float):
@@ -161,13 +182,29 @@ def collate_prompts(rollouts, pad_id: int, device="cpu") -> PromptBatch:
                        completion_pos=completion_pos, completion_attention=attention)
 
 
-def batch_logprobs(model, batch, temperature: float):
+def batch_logprobs(model, batch, temperature: float, chunk: int = 0):
     """(log-probs, entropies) (n, L) of a batch's completion tokens under ``model``: through
-    ``direct.shared_prompt_logits`` for a ``PromptBatch``, else one full forward."""
+    ``direct.shared_prompt_logits`` for a ``PromptBatch``, else one full forward.
+
+    chunk: tokens whose logits are computed at once (``chunked_logprobs``; the model needs
+    ``.model`` and ``.lm_head``, as transformers' causal LMs have); 0, or a chunk covering
+    the batch, computes all logits at once (bitwise the earlier computation)."""
+    if 0 < chunk < batch.targets.numel():
+        return chunked_logprobs(model.lm_head.weight, batch_hidden(model, batch), batch.targets,
+                                temperature, chunk)
     if isinstance(batch, PromptBatch):
         from .direct import shared_prompt_logits
         return target_logprobs(shared_prompt_logits(model, batch), batch.targets, temperature)
     return token_logprobs(model(input_ids=batch.input_ids).logits, batch, temperature)
+
+
+def batch_hidden(model, batch) -> torch.Tensor:
+    """Final-normed hidden states (n, L, h) that predict a batch's completion tokens."""
+    if isinstance(batch, PromptBatch):
+        from .direct import shared_prompt_hidden
+        return shared_prompt_hidden(model, batch)
+    hidden = model.model(input_ids=batch.input_ids).last_hidden_state
+    return torch.gather(hidden, 1, batch.index[..., None].expand(-1, -1, hidden.shape[-1]))
 
 
 def policy_loss(logp, batch: TokenBatch, *, loss: str = "grpo", clip_low: float = 0.2,

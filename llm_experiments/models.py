@@ -9,6 +9,7 @@ model and task sections.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -61,6 +62,25 @@ def tiny_model(cfg: Config, vocab_size: int):
     torch.manual_seed(m.warm_start_seed)
     return Qwen2ForCausalLM._from_config(qcfg, attn_implementation=m.attn_implementation,
                                          dtype=DTYPES[m.dtype])
+
+
+def trainer_dtype(cfg: Config) -> torch.dtype:
+    """Dtype of the trainer's parameters: float32 when ``trainer.master_weights`` (float32
+    master weights of a bfloat16/float16 ``model.dtype``: Adam's updates at small learning
+    rates are far below a bfloat16 weight's resolution, ~0.4% of its value, and would round
+    away), else ``model.dtype``."""
+    return torch.float32 if cfg.trainer.master_weights else DTYPES[cfg.model.dtype]
+
+
+def autocast(cfg: Config, device: torch.device):
+    """Context of the trainer's forward pass: autocast to ``model.dtype`` where the
+    parameters are float32 masters of a lower-precision ``model.dtype`` (matrix products in
+    that dtype, reductions and the loss in float32); else nothing (bitwise the plain
+    forward). float16 has no loss scaling here: prefer bfloat16."""
+    low = DTYPES[cfg.model.dtype]
+    if trainer_dtype(cfg) == low:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=low)
 
 
 def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
@@ -142,9 +162,10 @@ def _load_tiny(cfg: Config, task):
 
 
 def load_policy(cfg: Config, task):
-    """(model, tokenizer) on ``run.device``: the tiny model's warm start (``_load_tiny``:
-    saved at ``model.warm_start_path``, else cached) or a pretrained one. Raises ValueError
-    with a clear message if a model cannot be found or is not the pinned one."""
+    """(model, tokenizer) on ``run.device`` with parameters in ``trainer_dtype``: the tiny
+    model's warm start (``_load_tiny``: saved at ``model.warm_start_path``, else cached) or a
+    pretrained one, loaded in ``model.dtype``. Raises ValueError with a clear message if a
+    model cannot be found or is not the pinned one."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()  # keep the terminal for the run's own progress bar
@@ -152,7 +173,7 @@ def load_policy(cfg: Config, task):
     device = torch.device(cfg.run.device)
     if m.name == "tiny":
         model, tokenizer = _load_tiny(cfg, task)
-        return model.to(device), tokenizer
+        return model.to(device=device, dtype=trainer_dtype(cfg)), tokenizer
     try:
         tokenizer = AutoTokenizer.from_pretrained(m.name)
         model = AutoModelForCausalLM.from_pretrained(
@@ -162,7 +183,7 @@ def load_policy(cfg: Config, task):
                          f"folder, and not downloadable here): {exc}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model.to(device), tokenizer
+    return model.to(device=device, dtype=trainer_dtype(cfg)), tokenizer
 
 
 def param_count(model) -> int:

@@ -66,11 +66,14 @@ from .buffer import HeldRollouts, Rollout
 from .config import Config
 from .gradients import flat_params, per_sample_grads
 from .losses import collate, loss_stats, policy_loss, token_logprobs
+from .panel import PanelProbe
 from .samplers import Generation, WeightUpdate
 from .samplers.hf import HFSampler
 from .seeds import PROBE_STREAM, derived_seed
 
 EXTRA = {"noise": ("source", "insert_step", "uses"), "bias": ("method", "indep_noise_sq"),
+         "panel": ("group", "n_mates", "sq_unclip", "ref_sq_error_birth"),
+         "diversity": ("ref_sq_error_birth",),
          "minibatch": ("grad_sq", "grad_change_sq", "drift_prev"),
          "contribution": ("sq_unclip",)}
 SOURCE_BUFFER, SOURCE_FRESH = 0, 1
@@ -98,6 +101,25 @@ class RunCounts:
     steps: int
     mu_measured: float | None
     mu_accounting: float | None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A probe's reference gradient (section 8.1) and what it was made from: the weights
+    theta (flat), the fresh problems, uniforms, groups and their group gradients fresh_g,
+    half 2's mean g2, g_ref = the mean of both halves, its estimated squared error ref_err,
+    that of one half against the other half_err, and ||g_ref||^2 grad_sq."""
+
+    theta: torch.Tensor
+    problems: list
+    uniforms: np.ndarray
+    fresh: list
+    fresh_g: torch.Tensor
+    g2: torch.Tensor
+    g_ref: torch.Tensor
+    ref_err: float
+    half_err: float
+    grad_sq: float
 
 
 @dataclass(frozen=True)
@@ -156,6 +178,7 @@ class Prober:
         self._prev = None  # (g_ref, ref_sq_error, theta) of the previous probe
         self._smooth = (0.0, 0.0, 0.0)  # grad_sq, grad_change_sq, drift_prev of this probe
         self._refs: dict[int, torch.Tensor] = {}  # probe step -> its g_ref, for reuse rows
+        self.panel = PanelProbe(self)
 
     # ---- bookkeeping --------------------------------------------------------------------------
 
@@ -167,18 +190,32 @@ class Prober:
         versions = set(self.run.buffer_versions().tolist())
         versions |= {v for v in self.run.snapshot_versions() if v >= window}
         versions |= set(self._refs)
-        return set(sorted(versions)[-self.cfg.probe.max_snapshots:])
+        kept = set(sorted(versions)[-self.cfg.probe.max_snapshots:])
+        return kept | self.panel.versions_needed()
 
     def state_dict(self) -> dict:
         """Rows measured so far, the previous probe's reference and the probe seconds."""
         return {"rows": self.rows, "seconds": self.seconds, "prev": self._prev,
-                "refs": self._refs}
+                "refs": self._refs, "panel": self.panel.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a state saved by ``state_dict``."""
         self.rows, self.seconds = state["rows"], state["seconds"]
         self._prev = state.get("prev")
         self._refs = state.get("refs", {})
+        self.rows = {name: state["rows"].get(name, []) for name in SCHEMA}
+        self.panel.load_state_dict(state.get("panel"))
+
+    def due(self, step: int) -> bool:
+        """Whether the buffer probes run at trainer step ``step``."""
+        return bool(self.cfg.probe.every) and step % self.cfg.probe.every == 0
+
+    def panel_step(self, step: int) -> None:
+        """Birth or measure the long-range panels due at ``step`` (``panel.PanelProbe``)."""
+        if self.panel.due(step):
+            t0 = time.perf_counter()
+            self.panel.measure(step)
+            self.seconds += time.perf_counter() - t0
 
     def probe_set(self) -> ProbeSet:
         """The rows so far as a ``replaytheory.probes.ProbeSet`` with the run counts; the
@@ -228,7 +265,7 @@ class Prober:
             out.append(torch.cat([g.reshape(-1).float() for g in grads]))
         return torch.stack(out)
 
-    def _seq_grads(self, rollouts: list, params: dict | None = None,
+    def seq_grads(self, rollouts: list, params: dict | None = None,
                    loss_kwargs: dict | None = None) -> torch.Tensor:
         """(n, P) per-sequence gradients (torch.func) of the training loss (or of the loss
         ``loss_kwargs``) at the current weights (or at ``params``, {name: tensor})."""
@@ -238,7 +275,7 @@ class Prober:
             r.model, batch, r.loss_kwargs if loss_kwargs is None else loss_kwargs,
             self.cfg.sampler.temperature, self.cfg.probe.chunk, params)])
 
-    def _generate(self, problems, uniforms, update: WeightUpdate, first_group: int):
+    def generate(self, problems, uniforms, update: WeightUpdate, first_group: int):
         r, g = self.run, self.cfg.schedule.group_size
         self.sampler.load_weights(update)
         prompts = [r.encode(p) for p in problems for _ in range(g)]
@@ -248,7 +285,7 @@ class Prober:
         rollouts = r.make_rollouts(problems, gen, update.version, 0, first_group)
         return [rollouts[i * g:(i + 1) * g] for i in range(len(problems))]
 
-    def _drift(self, theta: torch.Tensor, version: int) -> float:
+    def drift(self, theta: torch.Tensor, version: int) -> float:
         names = [n for n, p in self.run.model.named_parameters() if p.requires_grad]
         snap = self.run.snapshot(version).state
         old = torch.cat([snap[n].reshape(-1).float() for n in names]).to(theta.device)
@@ -256,23 +293,30 @@ class Prober:
 
     # ---- the probe ----------------------------------------------------------------------------
 
-    def probe(self, step: int) -> None:
-        """Measure noise, coupling and bias at the current weights (trainer step ``step``)."""
-        t0 = time.perf_counter()
+    def reference(self, rng: np.random.Generator) -> Reference:
+        """The reference gradient at the current weights from ``probe.fresh_groups`` fresh
+        groups drawn with ``rng`` (section 8.1: two disjoint halves, g_ref their mean)."""
         r, p, g = self.run, self.cfg.probe, self.cfg.schedule.group_size
-        rng = np.random.default_rng(derived_seed(self.cfg.run.seed, step, PROBE_STREAM))
         theta = flat_params(r.model)
-        n_seq = p.fresh_groups * g
         problems = r.sample_problems(p.fresh_groups, rng)
-        uniforms = rng.random((n_seq, self.cfg.sampler.max_new_tokens))
-        fresh = self._generate(problems, uniforms, r.current_weights(), -1)
+        uniforms = rng.random((p.fresh_groups * g, self.cfg.sampler.max_new_tokens))
+        fresh = self.generate(problems, uniforms, r.current_weights(), -1)
         fresh_g = self._group_grads(fresh)
         half = p.fresh_groups // 2
         g1, g2 = fresh_g[:half].mean(0), fresh_g[half:].mean(0)
         g_ref = (g1 + g2) / 2
         diff_sq = _sq(g1 - g2)
-        ref_err, half_err = diff_sq / 4, diff_sq / 2
-        grad_sq = _sq(g_ref)
+        return Reference(theta=theta, problems=problems, uniforms=uniforms, fresh=fresh,
+                         fresh_g=fresh_g, g2=g2, g_ref=g_ref, ref_err=diff_sq / 4,
+                         half_err=diff_sq / 2, grad_sq=_sq(g_ref))
+
+    def probe(self, step: int) -> None:
+        """Measure noise, coupling and bias at the current weights (trainer step ``step``)."""
+        t0 = time.perf_counter()
+        p = self.cfg.probe
+        rng = np.random.default_rng(derived_seed(self.cfg.run.seed, step, PROBE_STREAM))
+        ref = self.reference(rng)
+        theta, g_ref, ref_err, grad_sq = ref.theta, ref.g_ref, ref.ref_err, ref.grad_sq
 
         if self._prev is None:
             self._smooth = (grad_sq, 0.0, 0.0)
@@ -284,16 +328,18 @@ class Prober:
 
         # Fresh samples of half 1, against the independent half 2.
         for gi in range(p.fresh_noise_groups):
-            seq = self._seq_grads(fresh[gi])
+            seq = self.seq_grads(ref.fresh[gi])
             for row in seq:
-                self._noise(step, 0, 0.0, _sq(row - g2), half_err, UNIT_SEQUENCE,
+                self._noise(step, 0, 0.0, _sq(row - ref.g2), ref.half_err, UNIT_SEQUENCE,
                             SOURCE_FRESH, step, 0)
-            self._noise(step, 0, 0.0, _sq(seq.mean(0) - g2), half_err, UNIT_GROUP,
+            self._noise(step, 0, 0.0, _sq(seq.mean(0) - ref.g2), ref.half_err, UNIT_GROUP,
                         SOURCE_FRESH, step, 0)
 
         buffer_seq_sq = self._buffer_samples(step, theta, g_ref, ref_err, grad_sq)
-        self._crn_bias(step, theta, problems[:p.crn_groups], uniforms[:p.crn_groups * g],
-                       fresh_g[:p.crn_groups], g_ref, grad_sq)
+        g = self.cfg.schedule.group_size
+        self._crn_bias(step, theta, ref.problems[:p.crn_groups],
+                       ref.uniforms[:p.crn_groups * g], ref.fresh_g[:p.crn_groups], g_ref,
+                       grad_sq)
         sigma_bar2 = float(np.mean(buffer_seq_sq)) if buffer_seq_sq else 0.0
         self._ref = (g_ref, ref_err, sigma_bar2)
         if p.reuse_gaps:
@@ -324,10 +370,10 @@ class Prober:
         seq_eps, seq_group, group_eps, seq_sq = [], [], [], []
         for gid in chosen:
             rs = groups[gid]
-            grads = self._seq_grads(rs)
+            grads = self.seq_grads(rs)
             eps = grads - g_ref
             version = rs[0].version
-            drift = self._drift(theta, version)
+            drift = self.drift(theta, version)
             uses = held.uses[[row_of[r.item_id] for r in rs]]
             if p.reuse_gaps:
                 self._reuse(step, rs, eps, uses)
@@ -346,7 +392,7 @@ class Prober:
             group_eps.append(ge)
         meta = {"ins": [insert[gid] for gid in chosen],
                 "stale": [step - groups[gid][0].version for gid in chosen],
-                "drift": [self._drift(theta, groups[gid][0].version) for gid in chosen]}
+                "drift": [self.drift(theta, groups[gid][0].version) for gid in chosen]}
         G = torch.stack(group_eps)
         # One float32 Gram matrix of the sequences (BLAS); the groups' follows from it, since a
         # group's noise is the mean of its sequences'.
@@ -384,7 +430,7 @@ class Prober:
                 continue
             snap = r.snapshot(then).state
             params = {n: snap[n].to(r.device) for n in names}
-            old = self._seq_grads(rollouts, params=params) - self._refs[then].to(eps.device)
+            old = self.seq_grads(rollouts, params=params) - self._refs[then].to(eps.device)
             pairs = [(now, before, UNIT_SEQUENCE, float(u))
                      for now, before, u in zip(eps, old, uses)]
             pairs.append((eps.mean(0), old.mean(0), UNIT_GROUP, float(np.mean(uses))))
@@ -401,7 +447,7 @@ class Prober:
         keeps (``grads``: the trained loss's per-sequence gradients, (n, P)). A sequence
         without gradient (zero advantage) keeps everything: contribution 1, sq_unclip 0."""
         r, kw = self.run, self.run.loss_kwargs
-        unclipped = self._seq_grads(rollouts, loss_kwargs={**kw, "loss": "grpo_unclipped"})
+        unclipped = self.seq_grads(rollouts, loss_kwargs={**kw, "loss": "grpo_unclipped"})
         batch = collate(rollouts, r.pad_id, r.device)
         with torch.no_grad():
             logp, entropy = token_logprobs(r.model(input_ids=batch.input_ids).logits, batch,
@@ -451,13 +497,13 @@ class Prober:
             version = step - s
             if version < 0 or version not in kept:
                 continue
-            old = self._generate(problems, uniforms, self.run.snapshot(version), -1)
+            old = self.generate(problems, uniforms, self.run.snapshot(version), -1)
             old_g = self._group_grads(old)
             d = old_g - fresh_g
             m = d.mean(0)
             unpaired = old_g - fresh_g.roll(1, 0) if n > 1 else d
             self.rows["bias"].append({
-                "probe_step": step, "staleness": s, "drift": self._drift(theta, version),
+                "probe_step": step, "staleness": s, "drift": self.drift(theta, version),
                 "n_samples": n, "mean_sq": _sq(m),
                 "noise_sq": float(np.mean([_sq(x) for x in d])), "grad_sq": grad_sq,
                 "cos_grad": _cos(m, g_ref), "ref_sq_error": 0.0, "unit": UNIT_GROUP,

@@ -15,6 +15,8 @@ BUFFER_STREAM = 3
 # A Ray sampler actor's injected generation delay (schedule.injected_gen_delay), one stream per
 # actor: (run.seed, actor index, DELAY_STREAM).
 DELAY_STREAM = 4
+# Long-range panel probes (panel.py): their rollouts and reference gradients.
+PANEL_STREAM = 5
 
 
 def derived_seed(*parts: int) -> int:

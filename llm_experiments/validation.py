@@ -18,7 +18,8 @@ For each loss and each mu (the CPU model's measured mu and accounting values):
    tables; a calibration without them leaves these variants out, see ``calibrated``).
 3. ``validate``: the sweep's cells are scored by compute to reach the target accuracy (best
    learning rate per cell, median over seeds). Per (mu, loss, variant): the best cell, the
-   cell nearest the prediction (on-policy when the prediction is on-policy), the regret (its
+   cell nearest the prediction (on-policy when the prediction is on-policy; of cells equally
+   near, the worse, the others in ``predicted_tied``), the regret (its
    extra compute to reach the target), the Spearman correlation of the predicted objective
    with the measured compute over the grid cells, and the gate (the grid's split-half
    agreement with itself). ``validation.json`` holds one record per (mu, loss, variant), with
@@ -45,12 +46,17 @@ from replaytheory.io import write_json
 from replaytheory.probes import UNIT_SEQUENCE, ProbeSet
 from replaytheory.reuse import VARIANTS as REUSE_VARIANTS
 from replaytheory.reuse import objective as reuse_objective
+from replaytheory.verdicts import TIE_RTOL
 
 from .cells import GATE_THRESHOLD, TARGET, best_cell, cell_scores, compute_score, gate, kind, measured_mu
 from .results import load_runs
 
 # The last three are theory.md section 10's reuse-aware variants (``replaytheory.reuse``).
 VARIANTS = ("asymptotic", "effective_coupling", "finite_eta", *REUSE_VARIANTS)
+# The horizon model's readouts (theory.md section 11; llm_experiments.horizon_predict): its
+# best buffer design, and its choice between that and on-policy training. Registered from
+# panel probes, not predicted by ``predict``.
+HORIZON_VARIANTS = ("horizon", "horizon_vs_on_policy")
 ACCOUNTING_MUS = (2.0, 6.84)
 
 
@@ -139,11 +145,18 @@ def predict(cal, variant: str, mu: float, *, batch_size: int, budget: float,
 
 
 def _nearest(cells, x, y):
-    """The grid cell nearest (x, y) in log space (the prediction clipped to the grid)."""
+    """(judged cell, other equally near cells): the grid cells nearest (x, y) in log space
+    (the prediction clipped to the grid; x = inf is the largest horizon), equal up to
+    ``replaytheory.verdicts.TIE_RTOL``; the judged one is the worse, the one needing more
+    compute to reach the target (theory.md section 8.3)."""
     def dist(c):
         return (math.log(c.horizon) - math.log(min(max(x, 1e-9), 1e9))) ** 2 + \
             (math.log(c.replay_ratio) - math.log(min(max(y, 1e-9), 1e9))) ** 2
-    return min(cells, key=dist)
+    d = [dist(c) for c in cells]
+    near = [c for c, dc in zip(cells, d)
+            if math.isclose(dc, min(d), rel_tol=TIE_RTOL, abs_tol=1e-12)]
+    worst = max(near, key=lambda c: -math.inf if math.isnan(c.median) else c.median)
+    return worst, [c for c in near if c is not worst]
 
 
 def calibrated(cal, variant: str) -> bool:
@@ -185,8 +198,8 @@ def validate(curves: str, calibration_dir: str, *, target: float = TARGET,
                     records.append({"mu": mu, "loss": loss, "variant": variant,
                                     "error": str(exc)})
                     continue
-                chosen = onp if pred.on_policy else _nearest(grid, pred.horizon,
-                                                             pred.replay_ratio)
+                chosen, tied = (onp, []) if pred.on_policy else _nearest(
+                    grid, pred.horizon, pred.replay_ratio)
                 j = np.array([float(pred.objective(c.horizon, c.replay_ratio)) for c in grid])
                 measured = np.array([c.median for c in grid])
                 records.append({
@@ -208,7 +221,9 @@ def validate(curves: str, calibration_dir: str, *, target: float = TARGET,
                                "replay_ratio": c.replay_ratio, "predicted_objective": float(jv),
                                "measured_compute": c.median}
                               for c, jv in zip(grid, j)],
-                    "notes": list(pred.notes)})
+                    "notes": list(pred.notes),
+                    # cells as near the prediction as the judged (worse) one
+                    "predicted_tied": [{"cell": c.label, "compute": c.median} for c in tied]})
         records.append({"loss": loss, "calibration": _summary(cal, big_l, f0)})
     return records
 

@@ -1,8 +1,9 @@
 """``optimal_config``: turn costs and a noise model into a concrete replay configuration.
 
-The continuous optimum (x*, y*) of section 5 (``design.optimal_design``) is turned into integers
-and, given a number of GPUs, into a split of W inference workers and T trainers
-(theory.md sections 3 and 5):
+The objective J(x, y) of section 5 (or 10) is minimised over integer configurations and, given
+a number of GPUs, over every split of W inference workers and T trainers (theory.md sections 3,
+5 and 5.9; the search is ``integer_search``); the continuous optimum (x*, y*) of
+``design.optimal_design`` is reported next to it as ``design``:
 
 * synchronous (``gpus=None``): integer rollouts per step R, buffer size N and batch B, with
   x = N/R and y = B/R;
@@ -10,8 +11,10 @@ and, given a number of GPUs, into a split of W inference workers and T trainers
   the average number of new rollouts per trainer step (B/y), N is a multiple of T (one shard
   of N/T rollouts per trainer), B is divisible by T.
 
-Every candidate, on-policy training (N = B, each rollout used once) included, is scored by the
-exact objective J(x, y) and the smallest wins. The predicted compute saving against on-policy
+Every feasible configuration (N >= B, x within the horizon limit), on-policy training (N = B,
+each rollout used once) included, is scored by the exact objective J(x, y) and the smallest
+wins. Unless told ``horizon_source="model"``, a replay answer then keeps the horizon measured
+on this project's settings (``MEASURED_HORIZON``), not the model's: section 10.11. The predicted compute saving against on-policy
 training at equal bound is 1 - J/J(1, 1) = 1 - gamma * V/V_on (gamma the compute ratio,
 V/V_on the variance ratio per update).
 
@@ -34,11 +37,11 @@ import numpy as np
 
 from . import checks as v
 from .compute import mu_from_costs
-from .design import (ON_POLICY, REPLAY, Design, _minimise_over_horizon, objective,
-                     optimal_design, optimal_horizon)
+from .design import ON_POLICY, REPLAY, Design, objective, optimal_design
+from .integer_search import (RowMinima, Rows, async_rows, at_horizon, minimise_rows,
+                             nearest_horizon, sync_rows)
 from .noise import NoiseModel, PowerLawNoise, TabulatedNoise
-from .reuse import (ConstantReuse, ReuseDesign, TabulatedReuse, _check_contribution,
-                    variant_name)
+from .reuse import ConstantReuse, ReuseDesign, TabulatedReuse, _check_contribution, variant_name
 from .reuse import objective as reuse_objective
 from .reuse import optimal_design as reuse_optimal_design
 
@@ -46,8 +49,22 @@ from .reuse import optimal_design as reuse_optimal_design
 # (cpu_tiny), 0.622 [0.556, 0.686] (heldout_digits3), 0.769 [0.719, 0.809] (heldout_wide);
 # the default is their median, for users who have not measured their own (section 10.11).
 DEFAULT_REUSE = ConstantReuse(0.67)
-# Most buffer sizes scanned exhaustively per (y, R) under a c(g) table.
-_MAX_SCANNED = 200_000
+
+# The horizon measured, not modelled (section 10.11). Best cell of the primary measure (AUC)
+# on every registered setting of this project, all tiny Qwen2 models trained by GRPO for
+# 300 updates: x = 64 at every mu of results/cpu_sweep_v3/validation.json (2-digit addition,
+# 10 seeds, x up to 256: bracketed), results/heldout_digits3/validation.json (3-digit
+# addition), results/heldout_wide/validation.json (a 2x wider model) and
+# results/heldout_init/validation.json at its measured mu and mu = 2 (at mu = 6.84 its 5 seeds
+# gave x = 16, which cpu_sweep_v3's 10 seeds from the same policy moved to 64); on the held-out
+# grids 64 is the largest x (theory.md 8.10, 10.9-10.12). No horizon model predicts it yet.
+MEASURED_HORIZON = 64.0  # trainer updates
+MEASURED_RUN_UPDATES = 300  # the length of the runs it was measured on
+MEASURED_HORIZON_SHARE = MEASURED_HORIZON / MEASURED_RUN_UPDATES  # 0.213 of the run
+# Whether any horizon model (section 5, 10 or later) has predicted measured optima: not yet.
+HORIZON_MODEL_VALIDATED = False
+HORIZON_MEASURED, HORIZON_MODEL = "measured", "model"
+HORIZON_SOURCES = (HORIZON_MEASURED, HORIZON_MODEL)
 
 
 @dataclass(frozen=True)
@@ -75,6 +92,20 @@ class ReplayRecommendation:
             ``reuse.VARIANTS`` (section 10). explanation: a short human summary. design: the
             continuous optimum (``Design``, or ``ReuseDesign`` for a section 10 variant).
         notes: caveats.
+        at_nb_edge: a replay answer with N = B (the smallest buffer a batch can be drawn
+            from; x = y).
+        horizon_capped: the horizon limit (``max_horizon`` or a table's measured range), not
+            the objective or the measurement, set the horizon.
+        extrapolated: the horizon lies past a noise table's measured range (``hold_last``).
+        design_feasible: whether ``design``'s continuous (x*, y*) is a replay point of the
+            feasible set (y* <= x*, i.e. N >= B, and x* within the horizon limit); when not,
+            a note says it is the unconstrained optimum.
+        horizon_source: "measured" (x is ``MEASURED_HORIZON``, section 10.11) or "model"
+            (the model's own horizon; always for on-policy answers).
+        horizon_validated: whether the horizon model behind the answer has been validated
+            (``HORIZON_MODEL_VALIDATED``: False so far).
+        model_horizon: x of the model's own best integer configuration (1 if on-policy),
+            reported next to a measured horizon.
     """
 
     buffer_size: int
@@ -97,6 +128,13 @@ class ReplayRecommendation:
     explanation: str
     design: Design | ReuseDesign
     notes: tuple[str, ...] = field(default=())
+    at_nb_edge: bool = False
+    horizon_capped: bool = False
+    extrapolated: bool = False
+    design_feasible: bool = True
+    horizon_source: str = HORIZON_MODEL
+    horizon_validated: bool = HORIZON_MODEL_VALIDATED
+    model_horizon: float | None = None
 
     @property
     def on_policy(self) -> bool:
@@ -135,6 +173,8 @@ class _Request:
     max_horizon: float
     reuse: ConstantReuse | TabulatedReuse | None = None
     contribution: object = None  # reuse.ExpContribution or None
+    horizon_source: str = HORIZON_MODEL  # one of HORIZON_SOURCES
+    run_updates: int | None = None  # updates of the run (>= 1), None if not given
 
     @property
     def standard(self) -> bool:
@@ -158,7 +198,7 @@ class _Request:
 
 @dataclass(frozen=True)
 class _Candidate:
-    """One integer configuration and its score J(N/R, B/R) (section 5)."""
+    """One integer replay configuration and its score J(N/R, B/R) (sections 5 and 10)."""
 
     objective: float
     buffer_size: int
@@ -167,6 +207,7 @@ class _Candidate:
     workers: int | None
     trainers: int | None
     cost: float  # compute per update in trainer-update units (section 3)
+    at_top: bool  # N is the row's largest, set by the horizon limit
 
     @property
     def horizon(self) -> float:
@@ -183,19 +224,6 @@ def _batch_candidates(batch_size) -> list[int]:
         hi = v.integer("batch_size[1]", batch_size[1], lo)
         return list(range(lo, hi + 1))
     return [v.integer("batch_size", batch_size, 1)]
-
-
-def _near_ints(value: float, lo: int, hi: float, step: int = 1) -> set[int]:
-    """Multiples of ``step`` within [lo, hi] nearest to ``value`` (two on each side)."""
-    if not math.isfinite(value):
-        value = hi
-    base = int(math.floor(min(max(value, lo), hi) / step)) * step
-    out = {base + k * step for k in range(-2, 4)}
-    return {c for c in out if lo <= c <= hi}
-
-
-def _round_up(value: int, step: int) -> int:
-    return -(-value // step) * step
 
 
 def _resolve_mu(mu, generation_cost, train_cost) -> float:
@@ -261,105 +289,95 @@ def _check_budget(budget, min_steps) -> tuple[float | None, int | None]:
     return budget, min_steps
 
 
-class _Scorer:
-    """J(x, y) and the best horizon at a given replay ratio for one request (section 5)."""
-
-    def __init__(self, req: _Request, design: Design):
-        self.req, self.design, self.average = req, design, design.average
-        self._horizons: dict[float, float] = {}
-
-    def score(self, x, y):
-        """J(x, y): section 5's, or section 10's with the request's reuse terms."""
-        r = self.req
-        if r.standard:
-            return objective(x, y, mu=r.mu, rho=r.rho, noise=r.noise, average=self.average)
-        return reuse_objective(x, y, mu=r.mu, rho=r.rho, noise=r.noise, reuse=r.reuse,
-                               contribution=r.contribution, average=self.average)
-
-    def horizon_at(self, y: float) -> float:
-        """Best x for this replay ratio (the split or R fixes y), capped by the horizon limit."""
-        if y not in self._horizons:
-            r, limit = self.req, self.req.horizon_limit
-            if r.standard:
-                x = optimal_horizon(y, mu=r.mu, rho=r.rho, noise=r.noise,
-                                    average=self.average, x_max=limit)
-            else:
-                x = _minimise_over_horizon(lambda u: np.log(self.score(np.exp(u), y)), limit)
-            self._horizons[y] = min(x, limit)
-        return self._horizons[y]
-
-    def buffer_sizes(self, y: float, r: float, lo: int, hi: float, step: int = 1) -> set[int]:
-        """Buffer sizes N (multiples of ``step`` in [lo, hi]) worth scoring at this y and R:
-        those nearest the best horizon, the smallest, and, under a c(g) table, the best of the
-        whole range: the table makes J piecewise in x, with more than one local minimum."""
-        out = _near_ints(self.horizon_at(y) * r, lo, hi, step) | {lo}
-        if isinstance(self.req.reuse, TabulatedReuse) and (hi - lo) / step <= _MAX_SCANNED:
-            ns = np.arange(lo, math.floor(hi) + 1, step)
-            if ns.size:
-                out.add(int(ns[np.argmin(self.score(ns / r, y))]))
-        return out
+def _score(req: _Request, average: str):
+    """J(x, y), vectorised: section 5's, or section 10's with the request's reuse terms."""
+    if req.standard:
+        return lambda x, y: objective(x, y, mu=req.mu, rho=req.rho, noise=req.noise,
+                                      average=average)
+    return lambda x, y: reuse_objective(x, y, mu=req.mu, rho=req.rho, noise=req.noise,
+                                        reuse=req.reuse, contribution=req.contribution,
+                                        average=average)
 
 
-def _candidates_sync(req: _Request, scorer: _Scorer) -> list[_Candidate]:
-    """Integer (N, B, R) around the continuous optimum, R new rollouts every step."""
-    out = []
-    limit, y_star = req.horizon_limit, scorer.design.replay_ratio
-    for b in req.batches:
-        r_target = b / y_star if y_star > 0 else b
-        for r in _near_ints(r_target, 1, 10 * b) | {b}:
-            n_lo = max(b, r)
-            n_hi = min(req.buffer_cap, limit * r)
-            if n_lo > req.buffer_cap:
-                continue
-            for n in scorer.buffer_sizes(b / r, r, n_lo, max(n_hi, n_lo)):
-                out.append(_Candidate(float(scorer.score(n / r, b / r)), n, b, float(r),
-                                      None, None, 1 + req.mu * r / b))
-    return out
-
-
-def _candidates_async(req: _Request, scorer: _Scorer) -> list[_Candidate]:
-    """Integer (N, B) for each W/T split, whose replay ratio is y = mu T / W (section 3)."""
-    out = []
-    limit = req.horizon_limit
-    splits = [req.trainers] if req.trainers is not None else range(1, req.gpus)
-    for t in splits:
-        w = req.gpus - t
-        y = req.mu * t / w
-        step = t if req.divisible_by_trainers else 1
-        for b in req.batches:
-            if b % step:
-                continue
-            r = b / y
-            n_lo = _round_up(b, step)
-            if n_lo > req.buffer_cap:
-                continue
-            n_hi = max(min(req.buffer_cap, limit * r), n_lo)
-            for n in scorer.buffer_sizes(y, r, n_lo, n_hi, step):
-                out.append(_Candidate(float(scorer.score(n / r, y)), n, b, r, w, t, 1 + w / t))
-    return out
-
-
-def _best_candidate(req: _Request, candidates: list[_Candidate],
-                    notes: list[str]) -> _Candidate | None:
-    """The lowest-J candidate inside the noise table and the budget; None if none is left."""
-    if not candidates:
-        raise ValueError("no configuration satisfies the constraints: check that batch_size "
-                         "has a value divisible by the number of trainers and that "
-                         "max_buffer_size >= batch_size")
-    if math.isfinite(req.table_limit):
-        # N >= B can force x = N/R past the table (y > its range): such a design would rest
-        # on unmeasured staleness, so it is dropped rather than capped.
-        candidates = [c for c in candidates if c.horizon <= req.table_limit * (1 + 1e-12)]
-        if not candidates:
-            notes.append(f"no replay configuration under the constraints keeps the horizon "
-                         f"N/R within the measured noise table ({req.table_limit:g} steps)")
-            return None
-    if req.min_steps is not None:
-        candidates = [c for c in candidates if req.steps_for(c.cost) >= req.min_steps]
-        if not candidates:
+def _rows(req: _Request, notes: list[str]) -> Rows:
+    """The feasible replay configurations (section 5.9) within the budget's ``min_steps``."""
+    if req.gpus is None:
+        rows = sync_rows(req.batches, mu=req.mu, buffer_cap=req.buffer_cap,
+                         horizon_limit=req.horizon_limit)
+    else:
+        rows = async_rows(req.batches, mu=req.mu, gpus=req.gpus, trainers=req.trainers,
+                          divisible=req.divisible_by_trainers, buffer_cap=req.buffer_cap,
+                          horizon_limit=req.horizon_limit)
+    if not len(rows):
+        where = (f"within the measured noise table ({req.table_limit:g} steps)"
+                 if req.table_limit <= req.max_horizon else
+                 f"within max_horizon = {req.max_horizon:g} steps")
+        notes.append(f"no replay configuration under the constraints (N >= B) keeps the "
+                     f"horizon N/R {where}")
+    elif req.min_steps is not None:
+        rows = rows.where(req.budget / rows.cost >= req.min_steps)
+        if not len(rows):
             raise ValueError(f"no replay configuration affords min_steps = {req.min_steps} "
                              f"updates with budget = {req.budget:g}")
-    return min(candidates, key=lambda c: c.objective)
+    return rows
+
+
+def _lower_bound(req: _Request, rows: Rows, average: str) -> np.ndarray | None:
+    """A lower bound on J over each row, or None where none is known (section 5.9):
+    sigma_bar^2(lo/R) (1 + y/mu) (1/y + rho + R/hi). It holds when sigma^2 is non-decreasing
+    (A3: sigma_bar^2 then too, so lo/R is its smallest x in the row) because f_bar <= 1,
+    S(x) >= 0 and 1/x >= R/hi."""
+    if not req.noise.satisfies_a3:
+        return None
+    y = rows.replay_ratio
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        low = req.noise.sigma_bar2(rows.lo / rows.rollouts, average) * (1 + y / req.mu) \
+            * (1 / y + req.rho + rows.rollouts / rows.hi)
+    # Rounding must not prune a row whose minimum equals its bound.
+    return np.where(np.isfinite(low), low * (1 - 1e-9), -np.inf)
+
+
+def _candidate(rows: Rows, minima: RowMinima) -> _Candidate | None:
+    """The row minimum with the lowest objective as a ``_Candidate`` (None if none)."""
+    if not len(rows) or not np.isfinite(minima.objective).any():
+        return None
+    i = int(np.argmin(minima.objective))
+    n = int(minima.buffer_size[i])
+    split = rows.workers is not None
+    return _Candidate(objective=float(minima.objective[i]), buffer_size=n,
+                      batch_size=int(rows.batch[i]), rollouts_per_step=float(rows.rollouts[i]),
+                      workers=int(rows.workers[i]) if split else None,
+                      trainers=int(rows.trainers[i]) if split else None,
+                      cost=float(rows.cost[i]),
+                      at_top=bool(rows.horizon_bound[i] and n + rows.step[i] > rows.hi[i]))
+
+
+def _measured_target(req: _Request) -> float:
+    """The measured best horizon for this request (updates): ``MEASURED_HORIZON``, or
+    ``MEASURED_HORIZON_SHARE`` of ``run_updates`` (at least 1), within the horizon limit."""
+    x = MEASURED_HORIZON if req.run_updates is None \
+        else max(1.0, MEASURED_HORIZON_SHARE * req.run_updates)
+    return min(x, req.horizon_limit)
+
+
+def _at_measured(req: _Request, rows: Rows, score, notes: list[str]) -> _Candidate:
+    """The best configuration at the measured horizon: in each row the buffer sizes next to
+    x R, the model's J choosing among rows (so y comes from the model); if no row reaches
+    that horizon, the rows nearest it in log x, the model's J choosing among those."""
+    target = _measured_target(req)
+    best = _candidate(rows, at_horizon(score, rows, target))
+    if best is not None:
+        return best
+    near = nearest_horizon(rows, target)
+    closest = near.objective <= near.objective.min() + 1e-12
+    rows = rows.where(closest)
+    n = near.buffer_size[closest]
+    vals = score(n / rows.rollouts, rows.replay_ratio)
+    best = _candidate(rows, RowMinima(buffer_size=n, objective=np.asarray(vals, float)))
+    notes.append(f"no configuration under the constraints (N >= B, max_buffer_size) reaches "
+                 f"the measured horizon x = {target:g} updates; the nearest is "
+                 f"x = {best.horizon:.3g}")
+    return best
 
 
 def _on_policy_split(req: _Request) -> tuple[int, int | None, int | None]:
@@ -383,10 +401,18 @@ def _recommendation(req: _Request, design: Design, notes: list[str],
     """A ``ReplayRecommendation`` from its regime-dependent fields (``outcome``) and the
     request's; the explanation is filled in by ``optimal_config``."""
     measured = req.noise.measured_horizon if isinstance(req.noise, TabulatedNoise) else None
+    feasible = (design.regime == REPLAY and design.replay_ratio <= design.horizon
+                <= req.horizon_limit)
+    if design.regime == REPLAY and not feasible:
+        notes.append(f"design is the unconstrained continuous optimum (x* = "
+                     f"{design.horizon:.4g}, y* = {design.replay_ratio:.4g}), outside the "
+                     f"feasible set (N >= B, i.e. y <= x, and x <= {req.horizon_limit:g}); the "
+                     f"configuration is the best feasible one")
     return ReplayRecommendation(**outcome, mu=req.mu, rho=req.rho,
                                 horizon_limit=req.horizon_limit, measured_horizon=measured,
                                 variant=variant_name(req.reuse, req.contribution),
-                                explanation="", design=design, notes=tuple(notes))
+                                explanation="", design=design, notes=tuple(notes),
+                                design_feasible=feasible)
 
 
 def _on_policy(req: _Request, design: Design, notes: list[str]) -> ReplayRecommendation:
@@ -399,30 +425,48 @@ def _on_policy(req: _Request, design: Design, notes: list[str]) -> ReplayRecomme
                            rollouts_per_step=float(b), workers=w, trainers=t, horizon=1.0,
                            replay_ratio=1.0, compute_ratio=1.0, variance_ratio=1.0,
                            predicted_saving=0.0, regime=ON_POLICY,
-                           steps=req.steps_for(1 + req.mu))
+                           steps=req.steps_for(1 + req.mu), model_horizon=1.0)
 
 
-def _replay(req: _Request, design: Design, best: _Candidate,
-            notes: list[str]) -> ReplayRecommendation:
+def _capped(req: _Request, best: _Candidate, source: str) -> bool:
+    """Whether the horizon limit, not the objective, set the horizon: the measured horizon
+    past the limit, or the model's optimum at the largest N the limit allows."""
+    if source == HORIZON_MEASURED:
+        wanted = MEASURED_HORIZON if req.run_updates is None \
+            else MEASURED_HORIZON_SHARE * req.run_updates
+        return wanted > req.horizon_limit
+    return best.at_top
+
+
+def _replay(req: _Request, design: Design, best: _Candidate, notes: list[str], *,
+            source: str, model_horizon: float) -> ReplayRecommendation:
     """A replay answer; gamma = cost / (1 + mu) (section 3), 1 - J/J(1, 1)
     the saving (section 5)."""
     j_ratio = best.objective / design.on_policy_objective
     x = best.horizon
     gamma = best.cost / (1 + req.mu)
     steps = req.steps_for(best.cost)
-    if math.isinf(design.horizon) or design.horizon > req.max_horizon:
-        notes.append(f"horizon capped at max_horizon = {req.max_horizon:g} steps")
+    capped = _capped(req, best, source)
+    if capped:
+        where = (f"max_horizon = {req.max_horizon:g}" if req.max_horizon <= req.table_limit
+                 else f"the noise table's measured range, {req.table_limit:g}")
+        notes.append(f"horizon capped at {where} steps")
     if req.max_buffer_size is not None and best.buffer_size == req.max_buffer_size:
         notes.append("buffer size capped at max_buffer_size")
     if steps is not None and x > steps / 10:
         notes.append("the horizon is not small against the number of updates: the "
                      "asymptotic design is only indicative")
+    table = req.noise if isinstance(req.noise, TabulatedNoise) else None
     return _recommendation(req, design, notes, buffer_size=best.buffer_size,
                            batch_size=best.batch_size, rollouts_per_step=best.rollouts_per_step,
                            workers=best.workers, trainers=best.trainers, horizon=x,
                            replay_ratio=best.batch_size / best.rollouts_per_step,
                            compute_ratio=gamma, variance_ratio=j_ratio / gamma,
-                           predicted_saving=1 - j_ratio, regime=REPLAY, steps=steps)
+                           predicted_saving=1 - j_ratio, regime=REPLAY, steps=steps,
+                           at_nb_edge=bool(best.buffer_size == best.batch_size),
+                           horizon_capped=capped,
+                           extrapolated=table is not None and x > table.measured_horizon,
+                           horizon_source=source, model_horizon=model_horizon)
 
 
 def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel | None = None,
@@ -432,9 +476,15 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
                    divisible_by_trainers: bool = True, budget: float | None = None,
                    min_steps: int | None = None, max_buffer_size: int | None = None,
                    max_horizon: float = 1000.0, average: str | None = None,
-                   reuse=DEFAULT_REUSE, contribution=None) -> ReplayRecommendation:
-    """The replay configuration the theory recommends for your costs and noise (sections 5
-    and 10).
+                   reuse=DEFAULT_REUSE, contribution=None,
+                   horizon_source: str = HORIZON_MEASURED,
+                   run_updates: int | None = None) -> ReplayRecommendation:
+    """The replay configuration the theory recommends for your costs and noise (sections 5,
+    5.9 and 10).
+
+    Every feasible integer configuration is searched (``integer_search``: each batch B and
+    R = 1..10B, or each worker/trainer split; N >= B, N/R within the horizon limit) and
+    on-policy training competes with them.
 
     Args:
         mu: generation cost of one batch over one trainer update, in (0, inf); or give
@@ -461,6 +511,15 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
         contribution: a ``reuse.ExpContribution`` (section 10.4: the share of a stale or
             reused sample's gradient the clip keeps), or None (no default: its measured
             per-use constant changed sign between our settings, section 10.11).
+        horizon_source: "measured" (default) or "model". The model decides replay against
+            on-policy either way; for a replay answer with stale rollouts (the model's x > 1)
+            "measured" keeps the horizon x at the
+            best one measured on this project's settings (``MEASURED_HORIZON`` updates, see
+            section 10.11: no horizon model is validated yet) and lets the model choose y and
+            the integers there; "model" takes the model's own horizon (``Calibration``'s
+            default).
+        run_updates: trainer updates the run will make (integer >= 1), or None. With
+            "measured", the horizon is then ``MEASURED_HORIZON_SHARE`` (64/300) of it.
 
     Returns:
         A frozen ``ReplayRecommendation``. On-policy (N = B, each rollout used once) is a
@@ -482,21 +541,31 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
                    min_steps=min_steps, max_buffer_size=max_buffer_size,
                    buffer_cap=math.inf if max_buffer_size is None else max_buffer_size,
                    max_horizon=max_horizon, reuse=_resolve_reuse(reuse),
-                   contribution=_check_contribution(contribution))
+                   contribution=_check_contribution(contribution),
+                   horizon_source=v.choice("horizon_source", horizon_source, HORIZON_SOURCES),
+                   run_updates=None if run_updates is None
+                   else v.integer("run_updates", run_updates, 1))
     if req.standard:
         design = optimal_design(mu, rho, noise, average=average)
     else:
         design = reuse_optimal_design(mu, rho, noise, reuse=req.reuse,
                                       contribution=req.contribution, average=average)
-    scorer = _Scorer(req, design)
-    candidates = (_candidates_sync if gpus is None else _candidates_async)(req, scorer)
     notes = list(design.notes)
-    best = _best_candidate(req, candidates, notes)
-    if best is None or best.objective >= design.on_policy_objective \
-            or design.regime == ON_POLICY:
+    score = _score(req, design.average)
+    rows = _rows(req, notes)
+    model_best = _candidate(rows, minimise_rows(
+        score, rows, _lower_bound(req, rows, design.average),
+        incumbent=design.on_policy_objective)) if len(rows) else None
+    if model_best is None or model_best.objective >= design.on_policy_objective:
         rec = _on_policy(req, design, notes)
+    elif req.horizon_source == HORIZON_MEASURED and model_best.horizon > 1 + 1e-9:
+        # x = 1 keeps no stale rollout (R >= B fresh ones a step): the model's on-policy
+        # regime (section 5.7), which no measured horizon speaks against.
+        rec = _replay(req, design, _at_measured(req, rows, score, notes), notes,
+                      source=HORIZON_MEASURED, model_horizon=model_best.horizon)
     else:
-        rec = _replay(req, design, best, notes)
+        rec = _replay(req, design, model_best, notes, source=HORIZON_MODEL,
+                      model_horizon=model_best.horizon)
     return replace(rec, explanation=_explain(rec, req))
 
 
@@ -563,7 +632,7 @@ def _explain(rec: ReplayRecommendation, req: _Request) -> str:
     if rec.on_policy:
         return (f"{head} Stay on-policy: no buffer (N = B = {rec.batch_size}), each rollout "
                 f"used once.{split} The model predicts no compute saving from replay here."
-                f"{_explain_range(rec, noise)}")
+                f"{_explain_range(rec, noise)}{_explain_horizon(rec, req)}")
     saving = rec.predicted_saving
     verdict = (f"predicted compute to reach the same loss bound: {100 * saving:.0f}% less "
                f"than on-policy" if saving >= 0 else
@@ -573,7 +642,33 @@ def _explain(rec: ReplayRecommendation, req: _Request) -> str:
             f"with {rec.rollouts_per_step:.3g} new rollouts per step, so each rollout is used "
             f"about {rec.replay_ratio:.3g} times.{split} An update costs "
             f"{rec.compute_ratio:.2f} of an on-policy update and is {rec.variance_ratio:.2f}x "
-            f"as noisy; {verdict}.{_explain_range(rec, noise)}")
+            f"as noisy; {verdict}.{_explain_range(rec, noise)}{_explain_horizon(rec, req)}")
+
+
+_MEASUREMENT = (f"the best horizon measured on every registered setting of this project was "
+                f"{MEASURED_HORIZON:g} updates, {MEASURED_HORIZON_SHARE:.0%} of a "
+                f"{MEASURED_RUN_UPDATES}-update run (2-digit and 3-digit addition, tiny models, "
+                f"GRPO; theory.md 8.10, 10.9-10.12)")
+
+
+def _explain_horizon(rec: ReplayRecommendation, req: _Request) -> str:
+    """Where the horizon came from and what was measured (section 10.11)."""
+    if rec.on_policy:
+        if req.horizon_source != HORIZON_MEASURED:
+            return ""
+        return (f" The model's regime is kept although {_MEASUREMENT}, and on-policy training"
+                f" lost to it there.")
+    model_x = (f"the model's own choice is x = {rec.model_horizon:.3g} (continuous optimum "
+               f"x* = {rec.design.horizon:.3g})")
+    if rec.horizon_source == HORIZON_MEASURED:
+        share = ("" if req.run_updates is None else
+                 f" ({MEASURED_HORIZON_SHARE:.0%} of run_updates = {req.run_updates})")
+        return (f" The horizon is measured, not modelled: x = {rec.horizon:.3g} updates"
+                f"{share}, because {_MEASUREMENT}, and no horizon model is validated; "
+                f"{model_x}; y and the integers are the model's best at this horizon. "
+                f"horizon_source='model' returns the model's horizon.")
+    return (f" The horizon is the model's and is not validated: {_MEASUREMENT}; "
+            f"{model_x}.")
 
 
 def design_grid(mus, alphas, rho: float, *, average: str | None = None) -> dict:

@@ -911,8 +911,10 @@ class Calibration:
         """Integers and a GPU split for the optimum (``calculator.optimal_config``) with the
         fitted constants and the variant's fitted terms: by default those the probes support
         (section 10.11), named in the recommendation's ``variant`` and ``explanation``;
-        ``noise`` and ``extrapolate`` as in ``noise_model``."""
+        ``noise`` and ``extrapolate`` as in ``noise_model``. The horizon is the model's
+        (``horizon_source="model"`` unless given), marked unvalidated (section 10.11)."""
         reuse_model, contribution = self.reuse_terms(variant)
+        kwargs.setdefault("horizon_source", "model")
         return _optimal_config(mu=self._mu(mu), rho=self.rho(coupling),
                                noise=self.noise_model(noise, extrapolate), reuse=reuse_model,
                                contribution=contribution, **kwargs)

@@ -11,7 +11,8 @@ import json
 import math
 import sys
 
-from .calculator import DEFAULT_REUSE, optimal_config
+from .calculator import (DEFAULT_REUSE, HORIZON_MEASURED, HORIZON_SOURCES, MEASURED_HORIZON,
+                         MEASURED_HORIZON_SHARE, optimal_config)
 from .cli_input import BadInput, Parser, integer, output_dir, parse_json, read_text, real
 from .compute import PAPER_GAMMA_TABLES, PAPER_SPLITS, gamma_table
 from .design import optimal_design
@@ -115,7 +116,8 @@ def _cmd_optimal(args) -> int:
                          trainers=args.trainers, batch_size=batch, budget=args.budget,
                          min_steps=args.min_steps, max_buffer_size=args.max_buffer_size,
                          max_horizon=args.max_horizon, average=args.average,
-                         reuse=args.reuse)
+                         reuse=args.reuse, horizon_source=args.horizon_source,
+                         run_updates=args.run_updates)
     if args.json:
         print(json.dumps(cfg.to_dict(), indent=2, default=str))
         return 0
@@ -125,6 +127,8 @@ def _cmd_optimal(args) -> int:
             ("horizon x = N/R (steps)", cfg.horizon), ("replay_ratio y = B/R", cfg.replay_ratio),
             ("compute_ratio gamma", cfg.compute_ratio), ("variance_ratio", cfg.variance_ratio),
             ("predicted_saving", cfg.predicted_saving),
+            ("horizon source", f"{cfg.horizon_source} (validated: {cfg.horizon_validated})"),
+            ("model's own horizon x", cfg.model_horizon),
             ("continuous optimum x*", cfg.design.horizon),
             ("continuous optimum y*", cfg.design.replay_ratio),
             ("horizon limit (steps)", cfg.horizon_limit)]
@@ -222,6 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="self-correlation c in [0, 1] of one rollout's uses (theory.md section "
                         f"10.2; default {DEFAULT_REUSE.c:g}, the median measured on our "
                         "settings; 0 gives section 5's model)")
+    o.add_argument("--horizon-source", choices=HORIZON_SOURCES, default=HORIZON_MEASURED,
+                   help="measured (default): keep a replay answer's horizon at the best one "
+                        f"measured on our settings ({MEASURED_HORIZON:g} updates; theory.md "
+                        "10.11); model: the model's own, unvalidated horizon")
+    o.add_argument("--run-updates", type=integer(1), metavar="T",
+                   help="updates the run will make (>= 1): the measured horizon becomes "
+                        f"{MEASURED_HORIZON_SHARE:.2f} of it")
     o.add_argument("--json", action="store_true", help="print JSON")
     o.set_defaults(func=_cmd_optimal)
 

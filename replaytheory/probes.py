@@ -46,6 +46,20 @@ Tables and columns (units in brackets; every table may carry extra columns, kept
     [<G_clip(z), G_unclip(z)> / ||G_unclip(z)||^2: G_clip the per-sample gradient of the loss
     trained on, G_unclip the same with the clip removed (plain importance weight); 1 = fully
     kept, 0 = cut], is_weight [mean over z's tokens of the ratio], unit.
+``panel`` (optional): long-range probes of a panel of rollouts made at a birth step and never
+    trained on, measured again as the policy moves (theory.md section 11.1); one row per
+    (measurement, sequence) and per (measurement, group). probe_step [t], birth_step [b], gap
+    [g = t - b steps: the staleness at use count 0], unit, sq_noise [||eps_t(z)||^2 against
+    g_ref(t)], ref_sq_error [of g_ref(t)], sq_birth [||eps_b(z)||^2 against g_ref(b)],
+    inner_birth [<eps_t(z), eps_b(z)>], inner_mates [sum over z's group mates z' of
+    <eps_t(z), eps_b(z')>; 0 for group rows], contribution, clip_fraction, is_weight [as in
+    ``contribution``, at staleness g and no earlier use].
+``diversity`` (optional): one row per panel measurement: the second moments of the panel's
+    sequence noise that fix the variance of a batch by how many distinct prompts it holds
+    (section 11.2). probe_step, birth_step, gap, n_groups, group_size [sequences per group],
+    mean_sq [mean ||eps||^2], within_inner [mean <eps_i, eps_j> over ordered pairs i != j of one
+    group], across_inner [the same over pairs of different groups], ref_sq_error (every eps
+    carries -e_ref, so both means carry +||e_ref||^2).
 An optional table absent from a file has no rows (files written before they existed load).
 
 Any table may carry ``run`` [id of the run]: a probe is one (run, probe_step), the unit that
@@ -77,11 +91,16 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "reuse": ("probe_step", "gap", "staleness", "uses", "inner", "sq_now", "sq_then", "unit"),
     "contribution": ("probe_step", "staleness", "uses", "clip_fraction", "contribution",
                      "is_weight", "unit"),
+    "panel": ("probe_step", "birth_step", "gap", "unit", "sq_noise", "ref_sq_error",
+              "sq_birth", "inner_birth", "inner_mates", "contribution", "clip_fraction",
+              "is_weight"),
+    "diversity": ("probe_step", "birth_step", "gap", "n_groups", "group_size", "mean_sq",
+                  "within_inner", "across_inner", "ref_sq_error"),
 }
 # Tables a run writes only when the matching probes are on; a file without them has no rows
 # there, and ``save`` leaves them out when empty so that files of runs without them keep
 # their old content.
-OPTIONAL_TABLES = ("reuse", "contribution")
+OPTIONAL_TABLES = ("reuse", "contribution", "panel", "diversity")
 UNIT_SEQUENCE, UNIT_GROUP = 0, 1
 COUNT_KEYS = ("unique_rollouts", "samples_consumed", "workers", "trainers")
 

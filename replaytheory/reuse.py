@@ -426,7 +426,14 @@ def optimal_design(mu: float, rho: float, noise, *, reuse=None, contribution=Non
                                contribution=contribution, average=avg))
 
     j_on = j(1.0, 1.0)
-    j_star = j(x, y) if x > 0 and y > 0 else j_on
+    if math.isinf(y) and contribution is None:
+        # rho + S(x) underflows to 0 (e.g. rho = 0 and a denormal c): J's infimum over y is
+        # the profile sigma_bar^2(x) (1/sqrt(mu) + sqrt(rho + 1/x + S(x)))^2 (section 10.3).
+        xs = min(x, 1e15)
+        k = rho + 1 / xs + float(_pair_sum(reuse, xs, avg))
+        j_star = float(noise.sigma_bar2(xs, avg)) * (1 / math.sqrt(mu) + math.sqrt(k)) ** 2
+    else:
+        j_star = j(x, y) if x > 0 and y > 0 else j_on
     regime = ON_POLICY if x < 1.0 else REPLAY
     j_ratio = 1.0 if regime == ON_POLICY else (j_star / j_on if j_on > 0 else math.nan)
     xs = min(x, 1e15)

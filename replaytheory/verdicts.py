@@ -4,7 +4,9 @@ A sweep's scores form a table (cells, learning rates, seeds) with NaN for missin
 ``replaytheory.analysis.best_option`` takes it). Every verdict here is a distribution over
 bootstrap draws that resample the seed indices jointly (the same indices for every cell) and
 re-choose each cell's learning rate inside every draw, so the selection of the learning rate is
-part of the uncertainty (theory.md section 8). numpy only.
+part of the uncertainty (theory.md section 8). Out of sample, ``leave_one_seed_out`` scores
+groups of cells (e.g. the horizons) on each seed with the option chosen on the others, and
+``paired_difference`` compares two groups seed by seed (theory.md section 8.3). numpy and scipy.
 
 ``better``: "max" for scores to maximise (accuracy, area under the accuracy-compute curve),
 "min" for compute to a target (inf = never reached).
@@ -17,11 +19,16 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from . import checks as v
 from .analysis import spearman
 
 BETTER = ("max", "min")
+# Two cells are equally near a prediction when their squared distances in (log x, log y)
+# agree to this relative tolerance: floating-point noise in x* (8.000000000000016 for 8, at
+# horizons 4 and 16) must not decide a verdict, which then takes the worse cell.
+TIE_RTOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,9 @@ class Verdict:
     (0 for cells that are not candidates). mode: index of the most frequent best cell.
     regret: per named prediction, the interval of its regret against each draw's best.
     spearman: per named objective, the interval of its rank agreement with the measured
-    scores (positive = agreement). draws: the number of draws.
+    scores (positive = agreement). draws: the number of draws. versus_mode: per cell, the
+    interval of its regret against the mode cell in the same draw (paired: negative in draws
+    where it beats the mode); NaN intervals for cells without runs.
     """
 
     p_best: np.ndarray
@@ -53,6 +62,7 @@ class Verdict:
     regret: dict[str, Interval]
     spearman: dict[str, Interval]
     draws: int
+    versus_mode: tuple = ()
 
 
 def interval(samples, level: float = 0.9) -> Interval:
@@ -143,7 +153,9 @@ def bootstrap_verdict(table, better: str, candidates, predictions: dict[str, int
     rho = {name: interval([spearman(np.asarray(obj, float), sign * per[:, d])
                            for d in range(per.shape[1])], level)
            for name, obj in (objectives or {}).items()}
-    return Verdict(p_best, int(np.argmax(p_best)), regrets, rho, comp.shape[1])
+    mode = int(np.argmax(p_best))
+    versus = tuple(interval(regret(per[i], per[mode]), level) for i in range(per.shape[0]))
+    return Verdict(p_best, mode, regrets, rho, comp.shape[1], versus)
 
 
 def gate_distribution(table, better: str, halvings: int = 200, seed: int = 0,
@@ -163,3 +175,71 @@ def _one_split(t: np.ndarray, order: np.ndarray, better: str) -> float:
     a = scores_per_draw(t, order[None, :half], better)[:, 0]
     b = scores_per_draw(t, order[None, half:2 * half], better)[:, 0]
     return spearman(a, b)
+
+
+def leave_one_seed_out(table, better: str, groups) -> np.ndarray:
+    """(groups, seeds) out-of-sample scores: for each seed s and each group (a list of cell
+    indices, e.g. the cells of one horizon), the score on seed s of the (cell, learning rate)
+    of the group whose median over the other seeds is best. NaN where that run is missing or
+    the group has no run on the other seeds. Needs at least 2 seeds."""
+    better = v.choice("better", better, BETTER)
+    t = np.asarray(table, dtype=float)
+    n = t.shape[2]
+    if n < 2:
+        raise ValueError(f"leave-one-seed-out needs at least 2 seeds, got {n}")
+    fill = -np.inf if better == "max" else np.inf
+    out = np.full((len(groups), n), np.nan)
+    for s in range(n):
+        others = np.delete(np.arange(n), s)
+        with warnings.catch_warnings():  # an option without runs on the other seeds: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(t[:, :, others], axis=2)  # (cells, lrs)
+        for g, cells in enumerate(groups):
+            if np.all(np.isnan(med[cells])):
+                continue
+            sub = np.where(np.isnan(med[cells]), fill, med[cells])
+            flat = int(np.argmax(sub) if better == "max" else np.argmin(sub))
+            i, j = np.unravel_index(flat, sub.shape)
+            out[g, s] = t[cells[i], j, s]
+    return out
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Seed-by-seed difference of two out-of-sample scores, signed so that positive means the
+    first is better: mean, central ``level`` Student-t interval of the mean (NaN with fewer
+    than 2 finite differences, or if any is infinite), seeds compared and seeds the first won."""
+
+    mean: float
+    low: float
+    high: float
+    level: float
+    seeds: int
+    wins: int
+
+    def as_dict(self) -> dict:
+        return {"mean": self.mean, "low": self.low, "high": self.high, "level": self.level,
+                "seeds": self.seeds, "wins": self.wins}
+
+
+def paired_difference(a, b, better: str, level: float = 0.9) -> PairedDifference:
+    """Compare per-seed scores ``a`` and ``b`` (same seeds; NaN pairs dropped): the
+    difference a - b for scores to maximise, b - a for scores to minimise (compute to a
+    target), with a Student-t interval at ``level`` in (0, 1) (theory.md section 8.3)."""
+    better = v.choice("better", better, BETTER)
+    level = v.real("level", level, 0.0, 1.0, lo_open=True, hi_open=True)
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    keep = ~(np.isnan(a) | np.isnan(b))
+    with np.errstate(invalid="ignore"):
+        d = (a - b if better == "max" else b - a)[keep]
+    d = d[~np.isnan(d)]  # inf - inf: both never reached the target, no comparison
+    wins = int((d > 0).sum())
+    if d.size == 0:
+        return PairedDifference(math.nan, math.nan, math.nan, level, 0, 0)
+    mean = float(np.mean(d))
+    if d.size < 2 or not np.all(np.isfinite(d)):
+        return PairedDifference(mean, math.nan, math.nan, level, int(d.size), wins)
+    if np.all(d == d[0]):  # no spread: the t interval is the point itself
+        return PairedDifference(mean, mean, mean, level, int(d.size), wins)
+    ci = stats.ttest_1samp(d, 0.0).confidence_interval(level)
+    return PairedDifference(mean, float(ci.low), float(ci.high), level, int(d.size), wins)

@@ -88,7 +88,8 @@ def test_calibration_predicts_through_the_calculator(quad_probes):
     # No reuse table, so the supported variant is section 5's: not the calculator's default c.
     assert cfg.variant == "standard" and "Model: section 5's" in cfg.explanation
     direct = optimal_config(mu=6.84, rho=cal.coupling.rho, noise=cal.noise.model, batch_size=60,
-                            reuse=None)
+                            reuse=None, horizon_source="model")
+    assert cfg.horizon_source == "model" and cfg.horizon_validated is False
     assert (cfg.buffer_size, cfg.rollouts_per_step) == (direct.buffer_size,
                                                         direct.rollouts_per_step)
     eff = cal.design(coupling="effective")

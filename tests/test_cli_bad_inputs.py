@@ -148,6 +148,7 @@ CASES = {
         (["optimal", *THEORY, "--alpha", "0.1", "--budget", "-5"], "--budget"),
         (["optimal", *THEORY, "--alpha", "0.1", "--max-horizon", "1"], "--max-horizon"),
         (["optimal", *THEORY, "--alpha", "0.1", "--reuse", "2"], "--reuse"),
+        (["optimal", *THEORY, "--alpha", "0.1", "--run-updates", "0"], "--run-updates"),
         (["optimal", *THEORY, "--noise-table", "{d}/binary"], "--noise-table"),
         (["gamma", "--mu", "nan"], "--mu"),
         (["gamma", "--mu", "5", "--gpus", "1"], "--gpus"),

@@ -8,9 +8,9 @@ import pytest
 from figures import style, verdicts
 
 
-def _records(tmp_path):
+def _records(tmp_path, **extra):
     from llm_experiments.judge import Registration, judge
-    reg = {"name": "tiny", "loss": "grpo", "steps": 24, "horizons": [1, 4],
+    reg = {**extra, "name": "tiny", "loss": "grpo", "steps": 24, "horizons": [1, 4],
            "replay_ratios": [1.0, 2.0], "accounting_mus": [2.0],
            "primary_measure": {"budget_replay_ratio": 2.0}, "secondary_targets": [],
            "bootstrap": {"draws": 50, "interval": 0.9, "rng_seed": 0},
@@ -39,11 +39,13 @@ def test_heatmaps_hold_each_cells_probability_of_being_best(tmp_path):
 
 def test_table_has_a_row_per_mu_and_prediction_with_its_regret(tmp_path):
     records = _records(tmp_path)
-    text = verdicts.table(records, "tiny")
+    text = verdicts.table(records, "tiny").split("\n## ")[0]
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
     primary = [r for r in records if r["measure"] == verdicts.PRIMARY]
-    # a row per prediction and one for on-policy (no buffer) per mu, below the header
-    assert len(rows) - 1 == sum(len(r["predictions"]) + 1 for r in primary)
+    # a row per prediction, one for on-policy (no buffer) and one for the rule x = 64,
+    # y = sqrt(mu) per mu, below the header
+    assert len(rows) - 1 == sum(len(r["predictions"]) + 2 for r in primary)
+    assert sum(f"(rule {verdicts.RULE})" in row for row in rows) == len(primary)
     for r in primary:
         for v, d in r["predictions"].items():
             assert any(f"| {v} | {d['cell']} |" in row and
@@ -120,3 +122,76 @@ def test_goal_rows_carry_the_no_buffer_regret_of_the_same_verdict(tmp_path):
     assert all(verdicts._fmt(row.on_policy_regret) in line for row, line in
                zip(rows, [ln for ln in text.splitlines() if ln.startswith("| tiny |")]))
     assert "(no buffer) | on-policy" in verdicts.table(records, "tiny")
+
+
+def _section(text: str, title: str) -> list[str]:
+    """The body rows of the markdown table under heading ``## title``."""
+    body = text.split(f"## {title}")[1].split("\n## ")[0]
+    return [line for line in body.splitlines() if line.startswith("| ") and "---" not in line][1:]
+
+
+def test_table_shows_the_best_horizon_the_cells_within_noise_and_compute_to_target(tmp_path):
+    records = _records(tmp_path)
+    primary = [r for r in records if r["measure"] == verdicts.PRIMARY]
+    text = verdicts.table(records, "tiny")
+    horizon = _section(text, "Best horizon, out of sample")
+    noise = _section(text, "Within the noise of the best")
+    assert len(horizon) == len(noise) == len(primary)
+    for r, h_row, n_row in zip(primary, horizon, noise):
+        h = r["best_horizon"]
+        assert f"| x={h['horizon']:g} ({h['p_best']:.2f}) |" in h_row
+        for n in h["neighbours"]:
+            assert f"vs x={n['horizon']:g}: {n['difference']['mean']:+.3f}" in h_row
+        assert f"| {len(r['within_noise'])} |" in n_row
+        assert all(n["cell"] in n_row for n in r["within_noise"])
+    # the fixture's curves fall from the warm start: no default target to reach
+    assert all(r["compute_to_target"] == [] for r in primary)
+    assert "## Compute to target" not in text
+
+
+def test_tables_of_verdicts_from_before_the_new_fields_still_draw(tmp_path):
+    records = _records(tmp_path)
+    old = [{k: v for k, v in r.items() if k not in ("best_horizon", "within_noise", "baselines",
+                                                    "compute_to_target", "primary_variant")}
+           for r in records]
+    assert "## Best horizon" not in verdicts.table(old, "tiny")
+    rows = [ln for ln in verdicts.closing_table({"old": old}).splitlines()
+            if ln.startswith("| old |")]
+    assert rows and all("| n/a | n/a |" in row for row in rows)
+
+
+def test_closing_table_has_a_row_per_setting_and_mu_with_the_primary_and_baselines(tmp_path):
+    records = _records(tmp_path, primary_variant="asymptotic")
+    primary = [r for r in records if r["measure"] == verdicts.PRIMARY]
+    text = verdicts.closing_table({"tiny": records, "again": records})
+    rows = [ln for ln in text.splitlines() if ln.startswith(("| tiny |", "| again |"))]
+    assert len(rows) == 2 * len(primary)
+    for r, row in zip(primary, rows):
+        d = r["predictions"]["asymptotic"]
+        assert f"| asymptotic: x*={d['x_star']:.3g}, y*={d['y_star']:.3g} -> {d['cell']}" in row
+        assert f"| {verdicts._fmt(d['regret'])} | {verdicts._fmt(r['on_policy_regret'])} | " \
+               f"{verdicts._fmt(r['baselines'][verdicts.RULE]['regret'])} | " \
+               f"{verdicts._fmt(r['baselines']['section 5']['regret'])} | " \
+               f"{verdicts._fmt(d['spearman'])} | {r['gate_spearman']:.2f} |" in row
+        assert f"x={r['best_horizon']['horizon']:g}" in row
+    out = verdicts.main_closing({"tiny": records}, tmp_path)
+    assert out.name == "verdicts_closing.md" and out.read_text() == verdicts.closing_table(
+        {"tiny": records})
+
+
+def test_compute_to_target_rows_show_each_cells_ratio_to_the_fastest(tmp_path):
+    records = _records(tmp_path)
+    first = next(r for r in records if r["measure"] == verdicts.PRIMARY)
+    first["compute_to_target"] = [{
+        "target": 0.6, "fastest_cell": "x=4, y=1", "fastest_probability": 0.7,
+        "fastest_compute": 100.0,
+        "compute_ratio": {"on-policy": {"median": 1.7, "low": 1.2, "high": 2.5, "level": 0.9},
+                          "x=1, y=1": {"median": 1.3, "low": 1.1, "high": None,
+                                       "level": 0.9},
+                          "x=4, y=2": {"median": None, "low": None, "high": None,
+                                       "level": 0.9}}}]
+    (row,) = _section(verdicts.table(records, "tiny"), "Compute to target")
+    # JSON holds a compute that never reached the target (inf) as null
+    assert row == (f"| {verdicts.mu_label(first)} | 0.6 | x=4, y=1 (0.70) | "
+                   "on-policy 1.70 [1.20, 2.50], x=1, y=1 1.30 [1.10, inf], "
+                   "x=4, y=2 inf [inf, inf] |")

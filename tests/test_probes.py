@@ -52,7 +52,9 @@ def test_extend():
 def reuse_rows(n=3):
     table = {c: np.arange(n, dtype=float) + 1 for c in SCHEMA["reuse"]}
     contrib = {c: np.full(n, 0.5) for c in SCHEMA["contribution"]}
-    return {"reuse": table, "contribution": contrib}
+    panel = {c: np.arange(n, dtype=float) * 2 for c in SCHEMA["panel"]}
+    diversity = {c: np.full(n, 3.0) for c in SCHEMA["diversity"]}
+    return {"reuse": table, "contribution": contrib, "panel": panel, "diversity": diversity}
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".jsonl"])

@@ -217,3 +217,204 @@ def test_a_prediction_midway_between_cells_reports_the_tied_cell(tmp_path):
         other = {**{t["cell"]: t["regret"] for t in mid["tied"]}, mid["cell"]: mid["regret"]}
         assert other["x=4, y=2"] == exact["regret"]
         assert exact["tied"] == []
+
+
+def _registration(tmp_path, predictions: dict, draws: int = 50, **extra):
+    """A registration of the fixture's grid (horizons 1, 4; y 1, 2; mu 2) judging
+    ``predictions`` ({variant: {mu key: [x*, y*]}})."""
+    from llm_experiments.judge import Registration
+    reg = {"name": "t", "loss": "grpo", "steps": 24, "horizons": [1, 4], "replay_ratios": [1, 2],
+           "accounting_mus": [2.0], "primary_measure": {"budget_replay_ratio": 2},
+           "secondary_targets": [], "bootstrap": {"draws": draws, "interval": 0.9,
+                                                  "rng_seed": 0},
+           "gate": {"threshold": 0.9}, "predictions_judged": predictions, **extra}
+    path = tmp_path / f"reg{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(json.dumps(reg))
+    return Registration.load(str(path))
+
+
+FIXTURE = "tests/fixtures/tiny_sweep/curves.jsonl"
+
+
+def test_a_tie_is_judged_at_the_worse_cell_whichever_side_rounding_takes(tmp_path):
+    """x* = 2 (1 +- 1e-15) lies midway between horizons 1 and 4 in log x up to rounding: the
+    floating-point nearest cell flips with the last digit, the verdict must not. It takes the
+    worse of the two (larger median regret) and names both."""
+    from llm_experiments.judge import judge
+    up, down = 2.0 * (1 + 1e-15), 2.0 * (1 - 1e-15)
+    reg = _registration(tmp_path, {"asymptotic": {"2.0": [up, 2.0]},
+                                   "finite_eta": {"2.0": [down, 2.0]}})
+    for r in (r for r in judge(FIXTURE, reg, None) if r["mu_source"] == "2"):
+        a, b = r["predictions"]["asymptotic"], r["predictions"]["finite_eta"]
+        assert a["cell"] == b["cell"] and a["regret"] == b["regret"]
+        assert {a["nearest_cell"], b["nearest_cell"]} == {"x=1, y=2", "x=4, y=2"}
+        (other,) = a["tied"]
+        assert {a["cell"], other["cell"]} == {"x=1, y=2", "x=4, y=2"}
+        assert (a["regret"]["median"], a["regret"]["high"]) >= (
+            other["regret"]["median"], other["regret"]["high"])
+
+
+def test_an_infinite_horizon_is_the_grids_largest_and_flagged(tmp_path):
+    """x* = inf (the objective keeps falling with the horizon) is judged at the largest
+    horizon and flagged; so is the 1e6 that ``predict`` stores for it. The old nearest()
+    raised a math-domain error on inf."""
+    import math
+
+    from llm_experiments.judge import SweepGrid, judge, load_grid_runs
+    reg = _registration(tmp_path, {"self_correlated": {"2.0": [math.inf, 1.0]},
+                                   "asymptotic": {"2.0": [1e6, 1.0]},
+                                   "finite_eta": {"2.0": [4.0, 1.0]}})
+    for r in (r for r in judge(FIXTURE, reg, None) if r["mu_source"] == "2"):
+        p = r["predictions"]
+        assert p["self_correlated"]["cell"] == p["asymptotic"]["cell"] == "x=4, y=1"
+        assert p["self_correlated"]["x_beyond_grid"] and p["asymptotic"]["x_beyond_grid"]
+        assert not p["finite_eta"]["x_beyond_grid"]
+    grid = SweepGrid.of(load_grid_runs(FIXTURE, "grpo"))
+    assert [grid.labels[i] for i in grid.equally_near(math.inf, 2.0)] == ["x=4, y=2"]
+    assert [grid.labels[i] for i in grid.equally_near(math.inf, math.inf)] == ["x=4, y=2"]
+    assert [grid.labels[i] for i in grid.equally_near(1.0, math.inf)] == ["x=1, y=2"]
+    assert grid.beyond_grid(math.inf) and grid.beyond_grid(1e6) and not grid.beyond_grid(4.0)
+
+
+@pytest.mark.parametrize("x, y, name", [(float("nan"), 1.0, "x_star"), (0.0, 1.0, "x_star"),
+                                        (4.0, -1.0, "y_star")])
+def test_a_prediction_off_every_axis_is_refused_by_name(x, y, name):
+    from llm_experiments.judge import SweepGrid, load_grid_runs
+    grid = SweepGrid.of(load_grid_runs(FIXTURE, "grpo"))
+    with pytest.raises(ValueError, match=name):
+        grid.equally_near(x, y)
+
+
+def test_the_sceptics_fields_on_the_tiny_sweep(tmp_path):
+    """Baselines in the same draws (on-policy, the rule x = 64, y = sqrt(mu) with its tie at
+    mu = 2, section 5's model), the best horizon with its neighbour, the cells within noise and
+    compute to two targets beside AUC."""
+    from llm_experiments.judge import RULE, judge
+    reg = _registration(tmp_path, {"asymptotic": {"2.0": [4.0, 2.0]}},
+                        primary_variant="asymptotic")
+    for r in judge(FIXTURE, reg, None):
+        base = r["baselines"]
+        assert r["primary_variant"] == "asymptotic"
+        assert base["on-policy"]["regret"] == r["on_policy_regret"]
+        if r["mu_source"] == "2":
+            assert base["section 5"]["regret"] == r["predictions"]["asymptotic"]["regret"]
+            # sqrt(2) is midway between y = 1 and y = 2 in log y; x = 64 is past the grid: x = 4
+            rule = base[RULE]
+            assert {rule["cell"], *(t["cell"] for t in rule["tied"])} == {"x=4, y=1", "x=4, y=2"}
+        else:  # the measured mu has no registered prediction
+            assert base["section 5"] is None
+        h = r["best_horizon"]
+        assert h["horizon"] in (1.0, 4.0) and h["cell"] != "on-policy"
+        assert [n["horizon"] for n in h["neighbours"]] == [5.0 - h["horizon"]]
+        d = h["neighbours"][0]["difference"]
+        assert d["seeds"] <= len(r["seeds"]) and 0 <= d["wins"] <= d["seeds"]
+        assert sum(p["p_best"] for p in h["per_horizon"]) == pytest.approx(
+            1.0 - next(c["p_best"] for c in r["cells"] if c["label"] == "on-policy"))
+        noise = r["within_noise"]
+        assert noise[0]["cell"] == r["best_cell"] and all(n["loss"]["low"] <= 0 for n in noise)
+        if r["measure"] == "auc":  # the fixture's curves fall from the warm start: no gain
+            assert r["compute_to_target"] == []
+        else:
+            assert "compute_to_target" not in r
+
+
+def _rising_sweep(tmp_path) -> str:
+    """The fixture's runs with curves that rise from 0.3 at a rate set by the cell and seed."""
+    rows = [json.loads(line) for line in open(FIXTURE)]
+    for row in rows:
+        s = row["settings"]
+        rate = 0.01 * (1 + s.get("buffer.horizon", 0) + 2 * s.get("schedule.replay_ratio", 0)
+                       + 0.5 * s["run.seed"] + 1000 * s["trainer.lr"])
+        row["eval"]["eval_accuracy"] = [min(0.3 + rate * step, 0.9) for step in
+                                        row["eval"]["step"]]
+    path = tmp_path / "rising.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_compute_to_two_targets_beside_auc(tmp_path):
+    """Default targets: the warm start plus 50% and 90% of the best cell's peak gain; each
+    cell's compute as a multiple of the fastest cell's in the same draws (>= 1); registered
+    targets replace them."""
+    from llm_experiments.judge import RULE, judge
+    curves = _rising_sweep(tmp_path)
+    for r in (r for r in judge(curves, _registration(tmp_path, {}), None)
+              if r["measure"] == "auc"):
+        targets = [t["target"] for t in r["compute_to_target"]]
+        assert len(targets) == 2 and 0.3 < targets[0] < targets[1] <= 0.9
+        assert targets[0] == pytest.approx(0.3 + 0.5 * (targets[1] - 0.3) / 0.9, abs=2e-3)
+        for t in r["compute_to_target"]:
+            assert set(t["compute_ratio"]) == {r["best_cell"], "on-policy",
+                                               r["baselines"][RULE]["cell"]}
+            assert all(c["low"] >= 1.0 for c in t["compute_ratio"].values())
+            assert 0 < t["fastest_compute"] < float("inf")
+    reg = _registration(tmp_path, {}, compute_targets=[0.4, 0.7])
+    rec = next(r for r in judge(curves, reg, None) if r["measure"] == "auc")
+    assert [t["target"] for t in rec["compute_to_target"]] == [0.4, 0.7]
+
+
+def test_leave_one_seed_out_chooses_the_option_on_the_other_seeds():
+    from replaytheory.verdicts import leave_one_seed_out
+    # one cell, two learning rates, three seeds; lr 1 wins in sample (median 5 > 1), but
+    # without seed 2 lr 0 wins (1 > 0)
+    table = np.array([[[1.0, 1.0, 0.0], [0.0, 5.0, 5.0]]])
+    oos = leave_one_seed_out(table, "max", [[0]])
+    # seed 0: others {1, 2}: lr0 med 0.5, lr1 med 5 -> lr1 -> 0; seed 1: lr0 0.5, lr1 2.5 ->
+    # lr1 -> 5; seed 2: lr0 1, lr1 2.5 -> lr1 -> 5
+    assert list(oos[0]) == [0.0, 5.0, 5.0]
+    assert list(leave_one_seed_out(table, "min", [[0]])[0]) == [1.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="2 seeds"):
+        leave_one_seed_out(table[:, :, :1], "max", [[0]])
+
+
+def test_paired_difference_is_a_student_t_interval_of_the_mean():
+    from scipy import stats as st
+
+    from replaytheory.verdicts import paired_difference
+    a = np.array([0.5, 0.6, 0.55, np.nan, 0.7])
+    b = np.array([0.4, 0.62, 0.5, 0.3, 0.6])
+    d = (a - b)[:3].tolist() + [0.1]
+    pd = paired_difference(a, b, "max", level=0.9)
+    half = st.t.ppf(0.95, 3) * np.std(d, ddof=1) / np.sqrt(4)
+    assert (pd.seeds, pd.wins) == (4, 3)
+    assert pd.mean == pytest.approx(np.mean(d))
+    assert (pd.low, pd.high) == pytest.approx((np.mean(d) - half, np.mean(d) + half))
+    flipped = paired_difference(b, a, "min", level=0.9)
+    assert (flipped.mean, flipped.low) == pytest.approx((pd.mean, pd.low))
+    never = paired_difference([np.inf, 3.0], [1.0, 2.0], "min")
+    assert never.mean == -np.inf and np.isnan(never.low)
+
+
+def test_cells_within_noise_of_the_best():
+    """A twin of the best cell (same scores up to tiny noise) is within noise of it; a cell
+    that loses in every draw is not."""
+    from types import SimpleNamespace
+
+    from llm_experiments.best_region import within_noise
+    rng = np.random.default_rng(0)
+    best = 1.0 + rng.normal(0, 0.05, 10)
+    table = np.stack([best, best + rng.normal(0, 0.01, 10), best - 0.5])[:, None, :]
+    v = bootstrap_verdict(table, "max", np.ones(3, bool), {}, regret_gain(0.0), draws=200)
+    grid = SimpleNamespace(labels=["a", "twin", "worse"])
+    near = within_noise(grid, v)
+    assert {n["cell"] for n in near} == {"a", "twin"}
+    assert near[0]["cell"] == grid.labels[v.mode] and near[0]["loss"]["median"] == 0.0
+    assert v.versus_mode[2].low == pytest.approx(0.5, abs=0.1)
+
+
+def test_the_target_validation_judges_a_tie_at_the_cell_needing_more_compute():
+    """llm_experiments.validation (compute to a target, lower is better): x* = 2 between
+    horizons 1 and 4 is judged at the slower cell whichever side rounding takes; x* = inf at
+    the largest horizon."""
+    import math
+    from types import SimpleNamespace
+
+    from llm_experiments.validation import _nearest
+    cells = [SimpleNamespace(horizon=h, replay_ratio=2.0, median=m, label=f"x={h}")
+             for h, m in ((1.0, 300.0), (4.0, 200.0), (16.0, 100.0))]
+    for x in (2.0 * (1 + 1e-15), 2.0 * (1 - 1e-15)):
+        chosen, tied = _nearest(cells, x, 2.0)
+        assert chosen.label == "x=1.0" and [c.label for c in tied] == ["x=4.0"]
+    cells[0].median = 100.0
+    assert _nearest(cells, 2.0, 2.0)[0].label == "x=4.0"
+    assert _nearest(cells, math.inf, 2.0) == (cells[2], [])

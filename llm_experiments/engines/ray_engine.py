@@ -30,10 +30,14 @@ The driver (``RayRun``, the ``run`` process) hands out the work and keeps the bo
 draws the prompts (the run's generator), gives each sampler the object-store reference of the
 newest weights when it starts a chunk (a sampler never changes weights inside a chunk),
 passes each finished chunk to the buffer by reference (the rollouts never go through the
-driver), starts a trainer step as soon as every shard can give its part, evaluates the
-weights theta_t while step t runs, logs and checkpoints. Trainer rank 0 publishes its weights
-to the object store every ``schedule.refresh_every`` steps. With the LIFO queue a sampler
-waits while the queue could not take its chunk (nothing is made only to be evicted).
+driver) and counts it once the buffer holds it, starts a trainer step as soon as every shard
+can give its part, evaluates the weights theta_t in its own thread while step t runs and
+chunks keep being handed on, logs and checkpoints. Trainer rank 0 publishes its weights to
+the object store every ``schedule.refresh_every`` steps. With the LIFO queue a sampler waits
+while the queue could not take its chunk (nothing is made only to be evicted); the config
+check refuses a queue so small that every sampler could wait with less than a batch held
+(``ray_plan.lifo_min_capacity``). The actors' resource shares are exact
+(``ray_plan.shares``), so the placement group fits the cluster.
 
 Not bitwise: which rollouts a step draws depends on the clock. A checkpoint holds weights,
 optimizer, buffer, counters, the driver's generator and the probes' rows and snapshots;
@@ -49,13 +53,14 @@ import secrets
 import socket
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 import numpy as np
 import ray
 import torch
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -74,10 +79,16 @@ from ..samplers import WeightUpdate, make_sampler
 from ..schedule import ComputeClock, WeightStore
 from ..seeds import BUFFER_STREAM, DELAY_STREAM, EVAL_STREAM, derived_seed
 from ..tasks import make_task
+from .ray_plan import RESOLUTION, chunk_groups, shares
 
 # Seconds without any actor finishing its work before the run stops with an error naming what
 # it waited for (a hang is never silent); one chunk or step of a large model must fit in it.
 STALL_SECONDS = float(os.environ.get("LLM_EXPERIMENTS_RAY_STALL_SECONDS", 900))
+# Seconds to wait for the placement group of shares that fit the cluster: long enough for other
+# work to free what it holds, short enough that a run that cannot start says so.
+PLACE_SECONDS = float(os.environ.get("LLM_EXPERIMENTS_RAY_PLACE_SECONDS", 60))
+# Seconds between looks at a running evaluation while the driver keeps handing on chunks.
+EVAL_POLL_SECONDS = 0.05
 # Environment the actors need that a remote node would not inherit.
 PASSED_ENV = ("LLM_EXPERIMENTS_CACHE", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_OFFLINE",
               "TRANSFORMERS_OFFLINE", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE")
@@ -434,27 +445,37 @@ def connect(address: str | None) -> bool:
     return True
 
 
-def bundles(cfg: Config) -> list[dict]:
-    """Placement-group bundles: one per sampler, then one per trainer; each gets
-    ``run.threads`` CPUs (a fair share of the cluster's if it has fewer) and, on a GPU
-    device, a GPU (a share of one; NCCL needs a whole GPU per trainer when T > 1)."""
+def bundles(cfg: Config, total: dict) -> list[dict]:
+    """Placement-group bundles: one per sampler, then one per trainer, for a cluster holding
+    ``total`` resources (``ray.cluster_resources()``). Each asks ``run.threads`` CPUs, or an
+    exact fair share of the cluster's if it has fewer, and on a GPU device a GPU or a share of
+    one (NCCL needs a whole GPU per trainer when T > 1); ``ray_plan.shares``: the shares sum
+    to at most the cluster's, so the group can be placed."""
     sc = cfg.schedule
     n = sc.workers + sc.trainers
-    total = ray.cluster_resources()
-    cpu = min(float(cfg.run.threads), total.get("CPU", 0.0) / n)
-    if cpu <= 0:
-        raise ValueError("the Ray cluster has no CPU for schedule.engine=ray")
-    bundle = {"CPU": round(cpu, 4)}
+    cpus = shares(total.get("CPU", 0.0), n, cfg.run.threads)
+    if min(cpus) <= 0:
+        raise ValueError(f"the Ray cluster has {total.get('CPU', 0.0):g} CPUs, too few for "
+                         f"schedule.engine=ray with {n} actors (schedule.workers + "
+                         f"schedule.trainers), {RESOLUTION:g} CPU each at least")
+    out = [{"CPU": c} for c in cpus]
     if cfg.run.device.startswith("cuda"):
-        gpu = min(1.0, total.get("GPU", 0.0) / n)
-        if gpu <= 0:
-            raise ValueError(f"run.device={cfg.run.device} but the Ray cluster has no GPU")
+        gpus = shares(total.get("GPU", 0.0), n, 1.0)
+        if min(gpus) <= 0:
+            raise ValueError(f"run.device={cfg.run.device} but the Ray cluster has "
+                             f"{total.get('GPU', 0.0):g} GPUs for {n} actors")
         if sc.trainers > 1 and total.get("GPU", 0.0) < n:
             raise ValueError(f"schedule.trainers={sc.trainers} on run.device={cfg.run.device}"
                              f" needs a whole GPU per actor (NCCL), {n} in all; the cluster"
                              f" has {total.get('GPU', 0.0):g}")
-        bundle["GPU"] = round(gpu, 4)
-    return [dict(bundle) for _ in range(n)]
+        for bundle, g in zip(out, gpus):
+            bundle["GPU"] = g
+    return out
+
+
+def _cpu_gpu(resources: dict) -> dict:
+    """The CPU and GPU amounts of a Ray resource dict (for messages)."""
+    return {k: round(resources[k], 4) for k in ("CPU", "GPU") if k in resources}
 
 
 @dataclass
@@ -491,7 +512,10 @@ class _Books:
 
 class RayRun:
     """The driver of a run on the Ray engine (module docstring). ``address``: see
-    ``connect``."""
+    ``connect``. ``holder``: the buffer actor's class (``BufferHolder``; a test may give a
+    subclass)."""
+
+    holder = BufferHolder
 
     def __init__(self, cfg: Config, out_dir: str, address: str | None = None):
         self.cfg, self.out, self.address = cfg, out_dir, address
@@ -506,8 +530,7 @@ class RayRun:
         self.books = _Books(ComputeClock(param_count(model), sc.batch_size))
         self.rng = np.random.default_rng(cfg.run.seed)
         self.mu_fixed = sc.mu_accounting if sc.mu_accounting > 0 else None
-        # Groups per sampler call: the simulator's chunk of B / W rollouts, whole groups.
-        self.chunk_groups = max(1, round(sc.batch_size / (sc.workers * sc.group_size)))
+        self.chunk_groups = chunk_groups(sc.batch_size, sc.workers, sc.group_size)
         self.step, self.elapsed_before = 0, 0.0
         self.tag = uuid.uuid4().hex[:8]
 
@@ -516,12 +539,7 @@ class RayRun:
     def _start(self, state: dict | None) -> None:
         """Placement group, buffer, samplers, trainers (from ``state`` if resuming)."""
         cfg, sc = self.cfg, self.cfg.schedule
-        self.pg = placement_group(bundles(cfg), strategy="PACK")
-        try:
-            ray.get(self.pg.ready(), timeout=STALL_SECONDS)
-        except GetTimeoutError:
-            raise RuntimeError(f"the Ray cluster cannot place {sc.workers} sampler and "
-                               f"{sc.trainers} trainer actors ({bundles(cfg)[0]} each)") from None
+        b = self._place()
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = {"PYTHONPATH": os.pathsep.join(
                    [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
@@ -535,8 +553,7 @@ class RayRun:
                     "scheduling_strategy": PlacementGroupSchedulingStrategy(
                         self.pg, placement_group_bundle_index=i)}
 
-        b = bundles(cfg)
-        self.buffer = ray.remote(BufferHolder).options(
+        self.buffer = ray.remote(self.holder).options(
             num_cpus=0, name=f"{self.tag}/buffer", runtime_env={"env_vars": env}).remote(
             cfg, state["buffer"] if state else None)
         self.samplers = [ray.remote(SamplerWorker).options(**place(i, b[i], f"sampler{i}"))
@@ -558,6 +575,26 @@ class RayRun:
         self.probing = False
         self.start_time = time.perf_counter()
         self.books.phases["startup_seconds"] += self.start_time - self.t_start
+
+    def _place(self) -> list[dict]:
+        """Create the placement group of ``bundles`` and wait for it, at most
+        ``PLACE_SECONDS``; returns the bundles. RuntimeError names what the cluster holds and
+        what is free if it cannot place them in time."""
+        sc = self.cfg.schedule
+        total = ray.cluster_resources()
+        b = bundles(self.cfg, total)
+        self.pg = placement_group(b, strategy="PACK")
+        try:
+            ray.get(self.pg.ready(), timeout=PLACE_SECONDS)
+        except GetTimeoutError:
+            free = {k: ray.available_resources().get(k, 0.0) for k in total}  # 0 is left out
+            raise RuntimeError(
+                f"Ray engine: the cluster cannot place {sc.workers} sampler and {sc.trainers} "
+                f"trainer actors (bundles {[_cpu_gpu(x) for x in b]}) within "
+                f"{PLACE_SECONDS:g} s (LLM_EXPERIMENTS_RAY_PLACE_SECONDS): it has "
+                f"{_cpu_gpu(total)} in all and {_cpu_gpu(free)} free; other work holds the "
+                f"rest, or no node fits a bundle") from None
+        return b
 
     def _stop(self) -> None:
         """Kill the actors and free the placement group."""
@@ -616,11 +653,21 @@ class RayRun:
             for i in sorted(self.blocked):
                 self._dispatch(i, held)
 
-    def _wait(self, step_refs: list) -> None:
+    def _wait(self, step_refs: list, poll: bool = False) -> None:
         """Wait until a sampler chunk or a call of ``step_refs`` (a trainer step) finishes; a
-        finished chunk goes to the buffer (by reference) and its sampler starts the next."""
+        finished chunk goes to the buffer (by reference) and its sampler starts the next.
+        ``poll``: wait at most ``EVAL_POLL_SECONDS`` (an evaluation runs meanwhile, which is
+        progress, so nothing finishing is no stall)."""
         pending = list(self.in_flight) + step_refs
-        done, _ = ray.wait(pending, num_returns=1, timeout=STALL_SECONDS)
+        if poll:
+            if not pending:
+                time.sleep(EVAL_POLL_SECONDS)
+                return
+            done, _ = ray.wait(pending, num_returns=1, timeout=EVAL_POLL_SECONDS)
+            if not done:
+                return
+        else:
+            done, _ = ray.wait(pending, num_returns=1, timeout=STALL_SECONDS)
         if not done:
             raise RuntimeError(f"Ray engine: no sampler or trainer finished in "
                                f"{STALL_SECONDS:g} s (LLM_EXPERIMENTS_RAY_STALL_SECONDS)")
@@ -629,7 +676,7 @@ class RayRun:
             return
         i, rollouts, _ = self.in_flight.pop(ref)
         rep = self._get(ref, f"sampler{i}")
-        self.buffer.add.remote(rollouts, self.step)
+        held = self._add(i, rollouts, rep.rollouts)
         c = self.books.clock
         c.gen_seconds += rep.gen_seconds
         c.gen_tokens += rep.tokens
@@ -639,7 +686,20 @@ class RayRun:
         self.books.reward_sum += rep.reward_sum
         self.books.injected_gen_delay_seconds += rep.injected_seconds
         self.books.reward_count += rep.rollouts
-        self._dispatch(i, self._held())
+        self._dispatch(i, held)
+
+    def _add(self, i: int, rollouts, n: int) -> int:
+        """Insert sampler ``i``'s finished chunk (``rollouts``: the reference to its ``n``
+        rollouts) into the buffer actor and wait for it, so that a chunk is counted only once
+        the buffer holds it; returns the rollouts held. A failed insert stops the run with an
+        error naming it (the chunk's rollouts are then neither held nor counted)."""
+        try:
+            return self._get(self.buffer.add.remote(rollouts, self.step), "buffer")
+        except RayTaskError as exc:
+            raise RuntimeError(f"Ray engine: the buffer actor failed to insert sampler{i}'s "
+                               f"chunk of {n} rollouts ({exc.cause!r}); the run stops (that "
+                               f"chunk is not counted as made), continue it with --resume "
+                               f"from its last checkpoint") from exc
 
     # ---- trainers -------------------------------------------------------------------------
 
@@ -659,13 +719,12 @@ class RayRun:
                                                 if v is not None)}))
         calls = [tr.step.options(num_returns=2).remote(t, publish and k == 0, in_use)
                  for k, tr in enumerate(self.trainers)]
-        if t % cfg.eval.every == 0:
-            record.update(self.evaluate(t))
+        evaluation = self.eval_thread.submit(self.evaluate, t) \
+            if t % cfg.eval.every == 0 else None
         reports = [c[0] for c in calls]
-        remaining = reports
-        while remaining:
-            self._wait(remaining)
-            remaining = ray.wait(remaining, num_returns=len(remaining), timeout=0)[1]
+        self._serve(reports, evaluation)
+        if evaluation is not None:
+            record.update(evaluation.result())
         out = self._get(reports, "trainer")
         if publish:
             self.weights[t + 1] = calls[0][1]
@@ -674,6 +733,17 @@ class RayRun:
         keep = {self.latest, t + 1, *self.sampler_version}
         self.weights = {v: r for v, r in self.weights.items() if v in keep}
         return out
+
+    def _serve(self, step_refs: list, evaluation: Future | None) -> None:
+        """Hand on finished chunks and restart their samplers until the calls ``step_refs``
+        have finished and ``evaluation`` (theta_t's, in the driver's evaluation thread) is
+        done: the evaluation is off the driver's critical path, so the rate R and the
+        staleness at evaluation steps are those of the others."""
+        remaining = list(step_refs)
+        while remaining or (evaluation is not None and not evaluation.done()):
+            self._wait(remaining, poll=evaluation is not None and not evaluation.done())
+            if remaining:
+                remaining = ray.wait(remaining, num_returns=len(remaining), timeout=0)[1]
 
     def _probe(self, t: int) -> None:
         """Trainer rank 0 probes at theta_t while the samplers pause (no chunk starts; those
@@ -799,6 +869,8 @@ class RayRun:
                          if cfg.run.tensorboard else None)
         self.t_start = time.perf_counter()
         ours = connect(self.address)
+        # Evaluations run here while the loop goes on (``_serve``); one at a time, in order.
+        self.eval_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evaluation")
         try:
             self._start(state)
             for i in range(cfg.schedule.workers):
@@ -810,6 +882,7 @@ class RayRun:
             final.update(self.counters())
             hist = self._get(self.buffer.histograms.remote(), "buffer")
         finally:
+            self.eval_thread.shutdown(wait=False, cancel_futures=True)
             self._stop()
             if ours:
                 ray.shutdown()

@@ -22,9 +22,14 @@ aligned, scores a reused sample against its own current log-probs, so its import
   ``probes.npz`` in the ``replaytheory.probes`` layout for ``replaytheory.calibrate``.
 
 Supported: TRL ``SUPPORTED_TRL``, one process, text prompts, no vLLM, beta = 0 (no reference
-model), ``mask_truncated_completions=False``, no tools or environments; the extension points
-of ``GRPOTrainer`` it overrides or calls are listed in ``EXTENSION_POINTS`` and checked when a
-trainer is built, so a TRL upgrade fails loudly.
+model), ``mask_truncated_completions=False``, no tools or environments, and sampling from the
+full softmax at GRPOConfig's ``temperature`` (``FULL_SOFTMAX``: no top-k, top-p, min-p,
+repetition penalty or other logits processor, whether set in GRPOConfig, its
+``generation_kwargs`` or the model's ``generation_config``), because the stored behaviour
+log-probs are the full softmax at that temperature. The TRL version and the extension points
+of ``GRPOTrainer`` it overrides or calls (``EXTENSION_POINTS``) are checked when a trainer is
+built, so a TRL upgrade fails loudly there; the mapping (``trl_config``, ``ReplaySettings``)
+imports under any TRL.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import inspect
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,6 +84,85 @@ def check_trl_version(version: str | None = None) -> None:
                           f"'trl{SUPPORTED_TRL}') or check EXTENSION_POINTS against it")
 
 
+@dataclass(frozen=True)
+class FullSoftmaxField:
+    """A ``transformers.GenerationConfig`` field and the values under which ``generate`` still
+    samples from the full softmax at the temperature. field: its name; allowed: the value the
+    error asks for; keeps(value) -> bool: True for a value that adds no logits processor (the
+    condition ``GenerationMixin._get_logits_processor`` tests)."""
+
+    field: str
+    allowed: object
+    keeps: Callable[[object], bool]
+
+
+def _unset(x) -> bool:
+    return x is None
+
+
+def _off(x) -> bool:  # None or 0
+    return not x
+
+
+def _at_most_one(x) -> bool:  # None, or a mass / penalty that leaves every token
+    return x is None or x >= 1.0
+
+
+def _cutoff_off(x) -> bool:  # transformers applies a cutoff only inside (0, 1)
+    return x is None or not 0.0 < x < 1.0
+
+
+# The sampler must draw from the distribution whose log-probs the trainer stores as the
+# behaviour policy and TRL's loss recomputes: the full softmax at GRPOConfig.temperature.
+# Every field here would otherwise change it (truncate, penalise, force or forbid tokens).
+FULL_SOFTMAX = (
+    FullSoftmaxField(field="do_sample", allowed=True, keeps=lambda x: x is True),
+    FullSoftmaxField(field="num_beams", allowed=1, keeps=lambda x: x is None or x == 1),
+    FullSoftmaxField(field="top_k", allowed=0, keeps=_off),
+    FullSoftmaxField(field="top_p", allowed=1.0, keeps=_at_most_one),
+    FullSoftmaxField(field="min_p", allowed=None, keeps=_unset),
+    FullSoftmaxField(field="repetition_penalty", allowed=1.0,
+                     keeps=lambda x: x is None or x == 1.0),
+    FullSoftmaxField(field="typical_p", allowed=1.0, keeps=_at_most_one),
+    FullSoftmaxField(field="epsilon_cutoff", allowed=0.0, keeps=_cutoff_off),
+    FullSoftmaxField(field="eta_cutoff", allowed=0.0, keeps=_cutoff_off),
+    FullSoftmaxField(field="top_h", allowed=None, keeps=_unset),
+    FullSoftmaxField(field="no_repeat_ngram_size", allowed=0, keeps=_off),
+    FullSoftmaxField(field="bad_words_ids", allowed=None, keeps=_unset),
+    FullSoftmaxField(field="sequence_bias", allowed=None, keeps=_unset),
+    FullSoftmaxField(field="suppress_tokens", allowed=None, keeps=_unset),
+    FullSoftmaxField(field="begin_suppress_tokens", allowed=None, keeps=_unset),
+    FullSoftmaxField(field="min_length", allowed=0, keeps=_off),
+    FullSoftmaxField(field="min_new_tokens", allowed=None, keeps=_off),
+    FullSoftmaxField(field="forced_bos_token_id", allowed=None, keeps=_unset),
+    FullSoftmaxField(field="forced_eos_token_id", allowed=None, keeps=_unset),
+    FullSoftmaxField(field="exponential_decay_length_penalty", allowed=None, keeps=_unset),
+    FullSoftmaxField(field="guidance_scale", allowed=None, keeps=lambda x: x is None or x == 1),
+    FullSoftmaxField(field="watermarking_config", allowed=None, keeps=_unset),
+)
+
+
+def check_full_softmax(generation_config, temperature: float) -> None:
+    """Raise ValueError naming the first field of ``generation_config`` (the effective
+    ``GenerationConfig`` of generation, model defaults merged in) that makes ``generate``
+    sample from anything but the full softmax at ``temperature`` (GRPOConfig.temperature,
+    > 0), with the value it needs (``FULL_SOFTMAX``)."""
+    why = ("ReplayGRPOTrainer stores the full-softmax log-probs at GRPOConfig.temperature as "
+           "the behaviour policy, so any other sampling distribution gives wrong importance "
+           "ratios and clipping")
+    for rule in FULL_SOFTMAX:
+        got = getattr(generation_config, rule.field, None)
+        if not rule.keeps(got):
+            raise ValueError(f"ReplayGRPOTrainer needs {rule.field}={rule.allowed!r}, got "
+                             f"{got!r} (from GRPOConfig, its generation_kwargs or the model's "
+                             f"generation_config): {why}")
+    got = generation_config.temperature
+    if got != temperature:
+        raise ValueError(f"ReplayGRPOTrainer needs temperature={temperature!r} in generation "
+                         f"(GRPOConfig.temperature), got {got!r} (from GRPOConfig."
+                         f"generation_kwargs or the model's generation_config): {why}")
+
+
 def missing_extension_points(cls=GRPOTrainer) -> list[str]:
     """The ``EXTENSION_POINTS`` that ``cls`` lacks or whose parameters changed (empty: ok)."""
     problems = []
@@ -91,9 +176,6 @@ def missing_extension_points(cls=GRPOTrainer) -> list[str]:
         if lost:
             problems.append(f"{cls.__name__}.{name} lost parameters {lost}")
     return problems
-
-
-check_trl_version()
 
 
 @dataclass(frozen=True)
@@ -233,6 +315,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args, replay: ReplaySettings, probes=None, probe_dir: str | None = None,
                  keep_steps: bool = False, **kwargs):
+        check_trl_version()
         missing = missing_extension_points()
         if missing:
             raise RuntimeError(f"TRL {trl.__version__}: GRPOTrainer changed ({'; '.join(missing)})"
@@ -272,6 +355,10 @@ class ReplayGRPOTrainer(GRPOTrainer):
                                  f"(the replay buffer replaces TRL's within-batch reuse)")
         if self.tools or self.environment_factories is not None:
             raise ValueError("ReplayGRPOTrainer does not support tools or environments")
+        # What generate() will use: TRL's generation config, None fields filled from the
+        # model's generation_config and transformers' defaults (e.g. top_k=None becomes 50).
+        effective, _ = self.model._prepare_generation_config(self.generation_config)
+        check_full_softmax(effective, self.temperature)
 
     # ---- production: TRL generates and scores, we keep behaviour log-probs -----------------
 

@@ -22,10 +22,13 @@ from . import Generation, WeightUpdate
 
 
 class VLLMSampler:
-    """Sampler over a vLLM engine holding a copy of ``model``."""
+    """Sampler over a vLLM engine holding a copy of ``model`` in ``dtype`` (None = the
+    model's). eager: no CUDA-graph capture. gpu_memory: share of the GPU's memory for the
+    engine, in (0, 1] (None = vLLM's default; not passed on CPU)."""
 
     def __init__(self, model, tokenizer, *, max_model_len: int | None = None,
-                 kv_cache_gb: int = 1, seed: int = 0):
+                 kv_cache_gb: int = 1, seed: int = 0, dtype=None, eager: bool = True,
+                 gpu_memory: float | None = None):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gb)))
         try:
@@ -43,9 +46,11 @@ class VLLMSampler:
         weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         model.save_pretrained(self._dir)
         tokenizer.save_pretrained(self._dir)
-        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        dtype = str(dtype or next(model.parameters()).dtype).replace("torch.", "")
         kwargs = {"max_model_len": max_model_len} if max_model_len else {}
-        self.llm = LLM(model=self._dir, dtype=dtype, enforce_eager=True, seed=int(seed),
+        if gpu_memory is not None:
+            kwargs["gpu_memory_utilization"] = float(gpu_memory)
+        self.llm = LLM(model=self._dir, dtype=dtype, enforce_eager=bool(eager), seed=int(seed),
                        logprobs_mode="processed_logprobs", **kwargs)
         self.eos_id = int(tokenizer.eos_token_id)
         self.pad_id = int(tokenizer.pad_token_id)

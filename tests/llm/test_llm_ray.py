@@ -246,3 +246,118 @@ def test_probes_on_ray_write_the_emulated_layout(cluster, tmp_path):
     assert summary["probe_seconds"] > 0 and summary["busy_seconds"]["trainer0"] > 0
     assert summary["probe_fraction_of_wall_time"] > 0
     assert read_jsonl(str(tmp_path / "ray" / "metrics.jsonl"))[-1]["probe_seconds"] > 0
+
+
+# ---- issue 26: placement, LIFO, lost inserts, evaluation off the driver's path -------------
+# A short run: its 2 steps fit well within these tests' bound on any wait.
+SHORT = ["run.steps=3", "eval.every=2", "eval.pass_k_problems=0", "run.checkpoint_every=3"]
+BOUND = 90.0  # seconds any wait of these tests may take (the engine's default is 900)
+
+
+@pytest.fixture
+def bounded(monkeypatch):
+    """No wait of the engine longer than BOUND seconds in the test."""
+    from llm_experiments.engines import ray_engine
+    monkeypatch.setattr(ray_engine, "STALL_SECONDS", BOUND)
+    return ray_engine
+
+
+def test_three_actors_are_placed_on_two_cpus(cluster):
+    """W = 2, T = 1 on the 2-CPU cluster: round(2/3, 4) asked 3 x 0.6667 = 2.0001 CPUs and the
+    placement group never became ready; the exact shares are placed at once."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from llm_experiments.engines.ray_engine import bundles
+    cfg = small_config(*RAY, "schedule.workers=2")
+    pg = placement_group(bundles(cfg, ray.cluster_resources()), strategy="PACK")
+    try:
+        ray.get(pg.ready(), timeout=20)
+    finally:
+        remove_placement_group(pg)
+
+
+def test_placement_that_cannot_be_made_fails_fast_naming_what_is_free(bounded, actors,
+                                                                       monkeypatch, tmp_path):
+    """Another actor holds both CPUs: the run stops after PLACE_SECONDS (not the 900 s stall)
+    with an error giving the bundles, the cluster's CPUs and what is free."""
+    monkeypatch.setattr(bounded, "PLACE_SECONDS", 2.0)
+
+    @ray.remote(num_cpus=2)
+    class Holder:
+        def ready(self):
+            return True
+
+    holder = Holder.remote()
+    actors.append(holder)
+    ray.get(holder.ready.remote(), timeout=BOUND)
+    run = bounded.RayRun(small_config(*RAY, *SHORT), str(tmp_path))
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match=r"cannot place 1 sampler and 1 trainer actors "
+                                           r"\(bundles \[\{'CPU': 1.0\}, \{'CPU': 1.0\}\]\) "
+                                           r"within 2 s .*\{'CPU': 2.0\} in all and "
+                                           r"\{'CPU': 0.0\} free"):
+        run.run()
+    assert time.perf_counter() - t0 < 20
+
+
+def test_lifo_at_its_least_capacity_runs_to_completion(bounded, tmp_path):
+    """The issue's LIFO run (B = 20, G = 4, W = 2) with the least capacity the config check
+    allows (24; 20 deadlocked with 16 held): every step is trained, every rollout made is
+    trained on once or still queued, and three actors share the two CPUs."""
+    cfg = small_config(*RAY, *SHORT, "schedule.workers=2", "schedule.batch_size=20",
+                       "buffer.lifo=true", "buffer.capacity=24")
+    summary = bounded.RayRun(cfg, str(tmp_path)).run()
+    assert summary["steps"] == 3 and summary["samples_consumed"] == 60
+    assert set(summary["busy_seconds"]) == {"sampler0", "sampler1", "trainer0"}
+    uses = summary["histograms"]["replay_ratio"]
+    assert set(uses) <= {0, 1, "0", "1"}, uses  # each rollout used at most once
+    assert 60 <= summary["samples_generated"] <= 60 + 24
+
+
+def test_a_failed_buffer_insert_stops_the_run_and_is_not_counted(bounded, tmp_path):
+    """The buffer actor's second insert fails: the run stops at once with an error naming the
+    insert and its cause, and the rollouts counted as made are those the buffer took."""
+    from llm_experiments.engines.ray_engine import BufferHolder
+
+    class FailingHolder(BufferHolder):
+        calls = 0
+
+        def add(self, rollouts, insert_step):
+            self.calls += 1
+            if self.calls == 2:
+                raise OSError("no space left for the test's rollouts")
+            return super().add(rollouts, insert_step)
+
+    cfg = small_config(*RAY, *SHORT, "run.steps=20")
+    run = bounded.RayRun(cfg, str(tmp_path))
+    run.holder = FailingHolder
+    with pytest.raises(RuntimeError, match=r"buffer actor failed to insert sampler0's chunk "
+                                           r"of 16 rollouts \(OSError\(.no space left"):
+        run.run()
+    assert run.books.clock.generated == 16  # the first chunk, the one the buffer holds
+    assert run.step < cfg.run.steps
+
+
+def test_the_driver_hands_on_chunks_while_it_evaluates(bounded, tmp_path):
+    """A slow evaluation (2 s more) at steps 0 and 2: meanwhile the driver still hands
+    finished chunks on to the buffer and restarts their samplers (it used to wait for the
+    evaluation, so no chunk moved), and the evaluation's results are logged at their step."""
+    from llm_experiments.metrics import read_jsonl
+    cfg = small_config(*RAY, *SHORT)
+    run = bounded.RayRun(cfg, str(tmp_path))
+    fast, moved = run.evaluate, {}
+
+    def slow(t):
+        if t == cfg.run.steps:  # the final evaluation, after the loop
+            return fast(t)
+        before = run.books.clock.generated
+        time.sleep(2.0)
+        moved[t] = run.books.clock.generated - before
+        return fast(t)
+
+    run.evaluate = slow
+    run.run()
+    assert sorted(moved) == [0, 2] and all(n > 0 for n in moved.values()), moved
+    records = read_jsonl(str(tmp_path / "metrics.jsonl"))
+    evaluated = [r["step"] for r in records if r.get("eval_accuracy") is not None]
+    assert evaluated == [0, 2, 3]

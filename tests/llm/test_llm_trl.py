@@ -25,7 +25,8 @@ from replaytheory.probes import ProbeSet  # noqa: E402
 G = 4
 # A replay design of the calculator small enough for a CPU test: B = 16, R = 3 -> 4, N = 21
 # (section 5's model: the mapping, not the model, is under test).
-REC = optimal_config(mu=6.84, alpha=0.2, batch_size=16, max_buffer_size=64, reuse=None)
+REC = optimal_config(mu=6.84, alpha=0.2, batch_size=16, max_buffer_size=64, reuse=None,
+                     horizon_source="model")
 
 
 class Spy(rt.ReplayGRPOTrainer):
@@ -118,7 +119,7 @@ def test_trl_config_keeps_the_horizon_and_rounds_r_to_whole_groups(tmp_path):
 
 
 def test_trl_config_on_policy_and_async():
-    on = optimal_config(mu=0.3, alpha=2.0, batch_size=18)
+    on = optimal_config(mu=2.0, alpha=2.0, batch_size=18)
     mapped = rt.trl_config(on, G)
     assert on.on_policy and mapped.replay.on_policy
     assert mapped.per_device_train_batch_size == mapped.replay.batch_size == 16

@@ -1,0 +1,176 @@
+"""GPU benchmark (issue 28, item 6): sampler tokens/s (ours and ``generate``), update seconds
+and share of bf16 peak, peak memory against ``memory.predict_update_memory``, and a
+``cpu_tiny`` run on the device.
+
+Run: ``python -m benchmarks.gpu`` on a CUDA machine (about 5 minutes on one H200; writes
+``benchmarks/results/gpu.json``), or ``python -m benchmarks.gpu --dry-run --out FILE`` on
+CPU: the same code paths at tiny shapes in seconds (what the tests run).
+
+Workload: random-init Qwen2-shape models in bfloat16 (speed does not depend on the weights;
+the addition char vocabulary), 2-digit addition prompts, B = 256 rows, 128 and 1,024 new
+tokens (end-of-sequence never stops a row), temperature 1; ``generate`` at 1,024 tokens runs
+64 rows (its 256-row run alone would take minutes). The update: one float32-master,
+bf16-autocast Adam step on B rollouts of prompt + 128 tokens after one warm-up step, timed
+with a device synchronize; share of peak = 6 P tokens / seconds / ``BF16_PEAK``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from benchmarks.common import print_table, set_threads
+
+# Dense bf16 tensor-core peak of one H200 (SXM), FLOP/s (NVIDIA's datasheet, no sparsity).
+BF16_PEAK = 989e12
+SHAPES = {
+    "0.3b": {"hidden_size": 1024, "layers": 24, "heads": 16, "kv_heads": 2,
+             "intermediate_size": 2816},
+    "0.74b": {"hidden_size": 2048, "layers": 16, "heads": 16, "kv_heads": 8,
+              "intermediate_size": 5504},
+}
+DRY = {"tiny": {"hidden_size": 32, "layers": 2, "heads": 2, "kv_heads": 1,
+                "intermediate_size": 64}}
+
+
+def _sync(device) -> None:
+    import torch
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device) -> float:
+    """Wall seconds of ``fn()`` with the device's queue drained before and after."""
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def build(shape: dict, device, dtype: str, max_len: int):
+    """(model, tokenizer, config) of a random-init model of ``shape`` in ``dtype``."""
+    from llm_experiments.config import load_config
+    from llm_experiments.models import DTYPES, char_tokenizer, tiny_model
+    from llm_experiments.tasks.arithmetic import AdditionTask
+    cfg = load_config("cpu_tiny", [f"model.{k}={v}" for k, v in shape.items()]
+                      + [f"model.max_len={max_len}", f"model.dtype={dtype}",
+                         f"run.device={device}", "run.fast_kernels=false"])
+    tok = char_tokenizer(AdditionTask(eval_size=1).alphabet())
+    return tiny_model(cfg, len(tok)).to(device=device, dtype=DTYPES[dtype]).eval(), tok, cfg
+
+
+def sampler_rows(name, model, tok, batch, news, device) -> list[dict]:
+    """Tokens/s of ours and ``generate`` per new-token length (one warm-up call each)."""
+    from benchmarks.samplers import addition_prompts, hf_generate, ours
+    contenders = {"ours": ours(model, tok, onednn=False), "hf_generate": hf_generate(model, tok)}
+    rows = []
+    for new in news:
+        for who, run in contenders.items():
+            b = batch if who == "ours" or new <= 128 else max(1, batch // 4)
+            prompts = addition_prompts(tok, b)
+            run(prompts, 2)
+            seconds = _timed(lambda: run(prompts, new), device)
+            rows.append({"model": name, "contender": who, "batch": b, "new_tokens": new,
+                         "seconds": seconds, "tokens_per_s": b * new / seconds})
+    return rows
+
+
+def update_row(name, model, tok, cfg, batch, new, device) -> dict:
+    """Seconds, share of bf16 peak and peak memory (measured on CUDA, and predicted) of one
+    update of ``batch`` rollouts of ``new`` completion tokens."""
+    import torch
+
+    from llm_experiments.buffer import Rollout
+    from llm_experiments.experiment import PolicyTrainer
+    from llm_experiments.losses import collate
+    from llm_experiments.memory import predict_update_memory
+    from llm_experiments.models import trainer_dtype
+    from llm_experiments.schedule import ComputeClock
+    rng = np.random.default_rng(0)
+    rollouts = [Rollout(item_id=i, group_id=i // 16, problem_id=i // 16, version=0,
+                        prompt=rng.integers(3, len(tok), 6).astype(np.int32),
+                        completion=rng.integers(3, len(tok), new).astype(np.int32),
+                        logprobs=np.full(new, -2.5, np.float32), reward=float(i % 2),
+                        advantage=1.0 if i % 2 else -1.0) for i in range(batch)]
+    trainer = PolicyTrainer()
+    trainer.cfg, trainer.tokenizer, trainer.device, trainer.direct = cfg, tok, device, True
+    trainer.model = model.to(dtype=trainer_dtype(cfg))
+    trainer.clock = ComputeClock(1, batch)
+    trainer.setup_update()
+    trainer.train_step(rollouts, keep_grad=False)  # warm-up; Adam state exists after it
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    seconds = _timed(lambda: trainer.train_step(rollouts, keep_grad=False), device)
+    params = sum(p.numel() for p in model.parameters())
+    tokens = batch * (6 + new)
+    micro = trainer.micro_batch(collate(rollouts, tok.pad_token_id))
+    predicted = predict_update_memory(trainer.shape, micro, 6 + new, compute_bytes=2,
+                                      chunk=trainer.logit_chunk)
+    return {"model": name, "params": params, "batch": batch, "new_tokens": new,
+            "micro_batch": micro, "update_seconds": seconds,
+            "bf16_peak_share": 6 * params * tokens / seconds / BF16_PEAK,
+            "peak_gb_measured": torch.cuda.max_memory_allocated(device) / 1e9
+            if device.type == "cuda" else None,
+            "peak_gb_predicted": predicted.peak / 1e9}
+
+
+def tiny_run(device: str, steps: int, out_dir: str) -> dict:
+    """A ``cpu_tiny`` run of ``steps`` steps on ``device`` (its summary's key numbers)."""
+    from llm_experiments.config import load_config
+    from llm_experiments.experiment import run_experiment
+    over = [f"run.device={device}", f"run.steps={steps}", "run.progress=false"]
+    if device != "cuda":  # dry run: a small shape, so its warm start takes seconds
+        over += [f"model.{k}={v}" for k, v in DRY["tiny"].items()] + [
+            "model.warm_start_steps=50", "model.warm_start_target=0", "task.eval_size=20",
+            "eval.pass_k_problems=4", "probe.every=0"]
+    t0 = time.perf_counter()
+    s = run_experiment(load_config("cpu_tiny", over), out_dir)
+    return {"device": device, "steps": steps, "seconds": time.perf_counter() - t0,
+            "warm_start_accuracy": s["warm_start_accuracy"],
+            "best_eval_accuracy": s["best_eval_accuracy"]}
+
+
+def main(argv=None) -> dict:
+    """Parse the command line, measure, print the tables and write the JSON."""
+    import tempfile
+
+    import torch
+
+    from replaytheory.io import write_json
+    from benchmarks.common import RESULTS, machine
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU (seconds)")
+    p.add_argument("--out", default=str(RESULTS / "gpu.json"), help="result JSON")
+    a = p.parse_args(argv)
+    dry = a.dry_run
+    if not dry and not torch.cuda.is_available():
+        print("error: no CUDA device; run with --dry-run on CPU")
+        raise SystemExit(2)
+    set_threads(1 if dry else 4)
+    device = torch.device("cpu" if dry else "cuda")
+    shapes, batch, news = (DRY, 8, (4, 16)) if dry else (SHAPES, 256, (128, 1024))
+    samplers, updates = [], []
+    for name, shape in shapes.items():
+        model, tok, cfg = build(shape, device, "bfloat16", 16 + max(news))
+        samplers += sampler_rows(name, model, tok, batch, news, device)
+        updates.append(update_row(name, model, tok, cfg, batch, news[0], device))
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    with tempfile.TemporaryDirectory() as tmp:
+        run = tiny_run(device.type, 3 if dry else 300, f"{tmp}/run")
+    print_table(samplers, ["model", "contender", "batch", "new_tokens", "tokens_per_s"])
+    print_table(updates, list(updates[0]))
+    result = {"dry_run": dry, "samplers": samplers, "updates": updates, "cpu_tiny": run,
+              "bf16_peak_flops": BF16_PEAK, "machine": machine(),
+              "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"}
+    write_json(a.out, result)
+    print(f"wrote {a.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

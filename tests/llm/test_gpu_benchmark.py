@@ -1,0 +1,33 @@
+"""``python -m benchmarks.gpu --dry-run`` (issue 28, item 6): the GPU benchmark's code paths
+at tiny shapes on CPU."""
+
+import json
+
+import pytest
+import torch
+
+
+def test_gpu_benchmark_dry_run(tmp_path):
+    from benchmarks.gpu import main
+    out = tmp_path / "gpu.json"
+    main(["--dry-run", "--out", str(out)])
+    r = json.loads(out.read_text())
+    assert r["dry_run"] and r["device"] == "cpu"
+    assert {(s["contender"], s["new_tokens"]) for s in r["samplers"]} == {
+        ("ours", 4), ("ours", 16), ("hf_generate", 4), ("hf_generate", 16)}
+    assert all(s["tokens_per_s"] > 0 for s in r["samplers"])
+    (u,) = r["updates"]
+    assert u["update_seconds"] > 0 and 0 < u["bf16_peak_share"] < 1
+    assert u["peak_gb_measured"] is None and u["peak_gb_predicted"] > 0
+    assert r["cpu_tiny"]["steps"] == 3 and 0 <= r["cpu_tiny"]["best_eval_accuracy"] <= 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_update_peak_matches_prediction_on_cuda():
+    """On a GPU the measured peak of a bf16 update is within 25% of the prediction."""
+    from benchmarks.gpu import DRY, build, update_row
+    device = torch.device("cuda")
+    model, tok, cfg = build({**DRY["tiny"], "hidden_size": 256, "intermediate_size": 1024},
+                            device, "bfloat16", 160)
+    row = update_row("small", model, tok, cfg, 64, 128, device)
+    assert row["peak_gb_measured"] == pytest.approx(row["peak_gb_predicted"], rel=0.25)

@@ -1,0 +1,95 @@
+"""Float32 master weights for bfloat16 configurations (issue 28, item 1): on CPU, where
+bfloat16 runs too, a tiny learning rate must move the weights as it does in float32."""
+
+import numpy as np
+import pytest
+import torch
+
+from llm_experiments.experiment import PolicyTrainer
+from llm_experiments.models import trainer_dtype
+from llm_experiments.schedule import ComputeClock
+from llm_helpers import tiny_policy
+
+
+def synthetic_rollouts(n: int, seed: int = 0):
+    """``n`` rollouts of random digit prompts/completions with +-1 advantages and
+    behaviour log-probs -2.5 (ratios near 1 under a random model of a 15-token vocabulary)."""
+    from llm_experiments.buffer import Rollout
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        prompt = rng.integers(3, 15, 4).astype(np.int32)
+        completion = rng.integers(3, 15, 5).astype(np.int32)
+        out.append(Rollout(item_id=i, group_id=i // 4, problem_id=i // 4, version=0,
+                           prompt=prompt, completion=completion,
+                           logprobs=np.full(5, -2.5, dtype=np.float32), reward=float(i % 2),
+                           advantage=1.0 if i % 2 else -1.0))
+    return out
+
+
+class _Trainer(PolicyTrainer):
+    """What ``PolicyTrainer.train_step`` needs, around a given model and config."""
+
+    def __init__(self, cfg, model, tokenizer):
+        self.cfg, self.tokenizer, self.device, self.direct = cfg, tokenizer, \
+            torch.device("cpu"), False
+        self.model = model.to(dtype=trainer_dtype(cfg))
+        self.clock = ComputeClock(1, cfg.schedule.batch_size)
+        self.setup_update()
+
+
+def _step_delta(dtype: str, master: bool, lr: float = 1e-6):
+    """(initial weights, weight change) of one update at ``lr``, both float32, from the same
+    bfloat16-representable initial weights."""
+    from llm_experiments.config import load_config
+    cfg = load_config("cpu_tiny", [f"model.dtype={dtype}", f"trainer.master_weights={master}",
+                                   f"trainer.lr={lr}", "run.fast_kernels=false",
+                                   "schedule.batch_size=16", "schedule.group_size=4"])
+    model, tok = tiny_policy(32, 2, 64)
+    model = model.to(torch.bfloat16).to(torch.float32)  # same start for every arm
+    trainer = _Trainer(cfg, model, tok)
+    before = torch.cat([p.detach().float().reshape(-1) for p in trainer.model.parameters()])
+    trainer.train_step(synthetic_rollouts(16), keep_grad=False)
+    after = torch.cat([p.detach().float().reshape(-1) for p in trainer.model.parameters()])
+    return before, after - before
+
+
+def test_bf16_master_weights_move_like_fp32():
+    """One Adam step at lr 1e-6: float32 moves (nearly) every weight by ~lr; bfloat16 with
+    float32 master weights moves the same weights the same way; pure bfloat16 parameters
+    (the old path, master_weights=false) lose almost every update to rounding."""
+    _, fp32 = _step_delta("float32", True)
+    _, master = _step_delta("bfloat16", True)
+    _, pure = _step_delta("bfloat16", False)
+    moved = {k: float((d != 0).float().mean()) for k, d in
+             (("fp32", fp32), ("master", master), ("pure", pure))}
+    assert moved["fp32"] > 0.95
+    assert moved["master"] > 0.95 * moved["fp32"]
+    assert moved["pure"] < 0.2
+    # Same direction and size: Adam's first step is ~lr * sign(g); autocast's bfloat16
+    # products flip the sign of only the smallest gradient components.
+    cos = float(torch.nn.functional.cosine_similarity(master, fp32, dim=0))
+    assert cos > 0.9
+    assert float(master.norm() / fp32.norm()) == pytest.approx(1.0, rel=0.1)
+
+
+def test_master_weights_keep_fp32_params_and_a_bf16_sampler():
+    """The trainer's parameters are float32 masters; the sampler's copy is bfloat16 and
+    takes the trainer's float32 weights on load."""
+    from llm_experiments.config import load_config
+    from llm_experiments.samplers import WeightUpdate, make_sampler
+    cfg = load_config("cpu_tiny", ["model.dtype=bfloat16", "run.fast_kernels=false"])
+    model, tok = tiny_policy(32, 2, 64)
+    trainer = _Trainer(cfg, model, tok)
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+    sampler = make_sampler(cfg, trainer.model, tok)
+    assert all(p.dtype == torch.bfloat16 for p in sampler.model.parameters())
+    sampler.load_weights(WeightUpdate(3, trainer.model.state_dict()))
+    gen = sampler.generate([[3, 4, 5]] * 4, max_new_tokens=3, temperature=1.0, seed=0)
+    assert gen.tokens.shape == (4, 3) and sampler.version == 3
+
+
+def test_master_weights_field_is_checked():
+    from llm_experiments.config import load_config
+    with pytest.raises(ValueError, match="trainer.master_weights"):
+        load_config("cpu_tiny", ["trainer.master_weights=3"])
