@@ -24,11 +24,11 @@ rerun the same command after an interruption.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -39,7 +39,9 @@ import numpy as np
 from tqdm import tqdm
 
 from replaytheory import calibrate
+from replaytheory import checks
 from replaytheory.analysis import compute_to_target, mean_over_budget
+from replaytheory.cli_input import Parser, integer, output_dir, real
 from replaytheory.io import write_json
 
 from .cells import kind
@@ -203,10 +205,9 @@ def run_demo(out: str, mu: float = 6.84, steps: int = 150, workers: int = 2,
     workers: compared runs at a time (integer >= 1). ``overrides``: extra config settings for
     every run (e.g. a smaller model in tests).
     """
-    if not (isinstance(mu, (int, float)) and mu > 0 and math.isfinite(mu)):
-        raise ValueError(f"mu must be finite and > 0, got {mu!r}")
-    if not (isinstance(steps, int) and steps >= 2):
-        raise ValueError(f"steps must be an integer >= 2, got {steps!r}")
+    checks.positive("mu", mu)
+    checks.integer("steps", steps, 2)
+    checks.integer("workers", workers, 1)  # before the calibration run's minutes
     base = {**BASE, **(overrides or {})}
     os.makedirs(out, exist_ok=True)
     cal_dir = os.path.join(out, "calibration")
@@ -318,23 +319,26 @@ def _draw(out: str) -> None:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
         raise RuntimeError(f"drawing the figure failed ({last}); the results are saved, "
-                           f"redraw with: {' '.join(cmd)}")
+                           f"redraw with: {shlex.join(cmd)}")
 
 
 def main(argv=None) -> int:
     """Command line (see the module docstring); exit status 0, or 2 on bad input or a failed
     run."""
-    p = argparse.ArgumentParser(prog="llm_experiments demo", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="runs/demo", help="output folder (rerun to resume)")
-    p.add_argument("--mu", type=float, default=6.84, help="accounting mu (default 6.84)")
-    p.add_argument("--steps", type=int, default=150, help="steps per compared run")
-    p.add_argument("--workers", type=int, default=2, help="runs at a time")
+    p = Parser(prog="llm_experiments demo", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=output_dir, default="runs/demo",
+                   help="output folder (rerun to resume)")
+    p.add_argument("--mu", type=real(0.0, lo_open=True), default=6.84,
+                   help="accounting mu, > 0 (default 6.84)")
+    p.add_argument("--steps", type=integer(2), default=150,
+                   help="steps per compared run, >= 2 (default 150)")
+    p.add_argument("--workers", type=integer(1), default=2,
+                   help="runs at a time, >= 1 (default 2)")
     a = p.parse_args(argv)
     try:
         s = run_demo(a.out, a.mu, a.steps, a.workers)
     except (ValueError, RuntimeError) as exc:
-        print(f"llm_experiments demo: error: {exc}", file=sys.stderr)
-        return 2
+        return p.report(exc)
     print(json.dumps(_shown({"mu": s.mu, "mu_measured": s.mu_measured,
                              "predicted_horizon": s.predicted_horizon,
                              "predicted_replay_ratio": s.predicted_replay_ratio,

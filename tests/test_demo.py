@@ -3,6 +3,9 @@ results, its summary's floats, its progress reading, and the whole job on a tiny
 
 import json
 import math
+import shlex
+import subprocess
+import sys
 from dataclasses import asdict
 
 import pytest
@@ -45,9 +48,18 @@ def test_the_figure_is_drawn_from_the_saved_results_in_its_own_process(tmp_path,
     assert pred.get_linewidth() > lines["on-policy"].get_linewidth()
     assert any(ln.get_linestyle() == ":" and list(ln.get_ydata()) == [0.48, 0.48]
                for ln in ax.get_lines())
+    # a failed drawing says how to redraw: a command that works, whatever the interpreter's
+    # name (python, python3, a venv path)
+    curves = (tmp_path / "curves.jsonl").read_text()
     (tmp_path / "curves.jsonl").unlink()
-    with pytest.raises(RuntimeError, match="python -m figures.demo"):
+    (tmp_path / "demo.png").unlink()
+    with pytest.raises(RuntimeError, match="redraw with: ") as failed:
         demo._draw(str(tmp_path))
+    cmd = shlex.split(str(failed.value).split("redraw with: ", 1)[1])
+    assert cmd == [sys.executable, "-m", "figures.demo", str(tmp_path)]
+    (tmp_path / "curves.jsonl").write_text(curves)
+    assert subprocess.run(cmd, capture_output=True).returncode == 0
+    assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_summary_floats_are_shown_short():
@@ -69,10 +81,13 @@ def test_progress_reads_the_last_complete_metrics_record(tmp_path):
 
 
 def test_bad_arguments_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="mu must be finite and > 0"):
+    with pytest.raises(ValueError, match=r"mu must be in \(0, inf\)"):
         demo.run_demo(str(tmp_path), mu=0.0)
     with pytest.raises(ValueError, match="steps must be an integer >= 2"):
         demo.run_demo(str(tmp_path), steps=1)
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+        demo.run_demo(str(tmp_path), workers=0)  # before the calibration run starts
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow
