@@ -285,6 +285,32 @@ def _summarise(runs, cal, design, mu, xy) -> DemoSummary:
                        list(design.notes) + list(cal.notes), rows)
 
 
+def prediction_lines(s: DemoSummary) -> list[str]:
+    """The terminal report's first part: every number of the prediction, named in words (what
+    x, y and mu are, which model made it, what was trained, the target accuracy)."""
+    lines = ["What the demo calibrated and predicted:",
+             f"  generation cost mu = {s.mu:g} trainer updates per generated batch (the "
+             f"accounting value; this tiny model's own measured mu = {s.mu_measured:.3g})",
+             f"  model: {s.fit.variant}, the variant the calibration probes support "
+             f"(theory.md section 10.7)"]
+    if s.regime == "replay":
+        lines += [f"  predicted staleness horizon x* = {s.predicted_horizon:.3g} updates (x = N/R: "
+                  f"the oldest rollout in the buffer was generated x updates ago)",
+                  f"  predicted replay ratio y* = {s.predicted_replay_ratio:.3g} (y = B/R: how "
+                  f"many times each rollout is used, on average)",
+                  f"  trained as x = {s.run_horizon:g}, y = {s.run_replay_ratio:g}, against "
+                  f"on-policy training (no buffer, x = y = 1) and half and twice that reuse",
+                  f"  predicted compute saving against on-policy: {s.predicted_saving:.0%}"]
+    else:
+        lines.append("  prediction: on-policy training (no buffer, x = y = 1) is best at this mu")
+    share = (s.target_accuracy - s.warm_start_accuracy) / max(
+        max(r.final_accuracy for r in s.runs) - s.warm_start_accuracy, 1e-12)
+    lines.append(f"  target accuracy {s.target_accuracy:.3f}: {share:.0%} of the way from the "
+                 f"warm start ({s.warm_start_accuracy:.3f}) to the best final accuracy of the "
+                 f"runs ({max(r.final_accuracy for r in s.runs):.3f})")
+    return lines
+
+
 def verdict_lines(s: DemoSummary) -> list[str]:
     """The terminal report: the runs ranked by the target-free score (mean accuracy over the
     common compute budget), the predicted run marked with its rank, and what one seed per run
@@ -292,8 +318,9 @@ def verdict_lines(s: DemoSummary) -> list[str]:
     ranked = sorted(s.runs, key=lambda r: -r.mean_accuracy if math.isfinite(r.mean_accuracy)
                     else math.inf)
     budget = min(r.compute for r in s.runs)
-    lines = [f"runs ranked by mean accuracy over the first {budget:.4g} updates of compute (the "
-             f"compute every run spent, mu = {s.mu:g}); compute to reach "
+    lines = [f"Runs ranked by mean held-out accuracy over the ranking window, the first "
+             f"{budget:.4g} updates of compute (what every run spent; a generated batch counts "
+             f"as mu = {s.mu:g} updates); compute to target: updates to first reach "
              f"{s.target_accuracy:.3f}:"]
     for i, r in enumerate(ranked, 1):
         reach = f"{r.compute_to_target:.4g}" if math.isfinite(r.compute_to_target) \
@@ -307,7 +334,7 @@ def verdict_lines(s: DemoSummary) -> list[str]:
     lines.append(f"The predicted configuration (model: {s.fit.variant}) {where}. One seed "
                  f"per run: this shows the pipeline end to end, not whether the prediction "
                  f"holds (seed noise alone can reorder these runs); the evidence is the "
-                 f"seed-bootstrap sweep in results/ (README, 'What we found').")
+                 f"seed-bootstrap sweeps in results/ (docs/findings.md).")
     return lines
 
 
@@ -339,11 +366,7 @@ def main(argv=None) -> int:
         s = run_demo(a.out, a.mu, a.steps, a.workers)
     except (ValueError, RuntimeError) as exc:
         return p.report(exc)
-    print(json.dumps(_shown({"mu": s.mu, "mu_measured": s.mu_measured,
-                             "predicted_horizon": s.predicted_horizon,
-                             "predicted_replay_ratio": s.predicted_replay_ratio,
-                             "regime": s.regime, "variant": s.fit.variant}), indent=1))
-    print("\n".join(verdict_lines(s)))
+    print("\n".join(prediction_lines(s) + verdict_lines(s)))
     print(f"figure: {os.path.join(a.out, 'demo.png')}\nsummary: "
           f"{os.path.join(a.out, 'summary.json')}")
     return 0

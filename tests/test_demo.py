@@ -122,3 +122,33 @@ def test_the_terminal_report_ranks_the_runs_and_names_the_prediction():
     assert order == ["x=4,", "on-policy", "x=4,"] and "(predicted)" in lines[3]
     assert "not reached in 80" in lines[3]  # never reaching the target is said, not "inf"
     assert "ranked 3 of 3" in lines[-1] and "not whether the prediction holds" in lines[-1]
+
+
+def test_every_printed_number_and_every_drawn_line_is_named(tmp_path, monkeypatch):
+    rows = [demo.DemoRun("on-policy", "onp", False, 0.5, 0.5, 150.0, 100.0, 0.45),
+            demo.DemoRun("x=4, y=2", "buf", True, 0.6, 0.6, 80.0, 50.0, 0.50)]
+    summary = demo.DemoSummary(6.84, 0.5, 0.54, 0.3, 4.2, 2.1, "replay", 4.0, 2.0, 0.3,
+                               demo.DemoFit(0.1, True, 0.5, "gap", None), [], rows)
+    text = "\n".join(demo.prediction_lines(summary) + demo.verdict_lines(summary))
+    for said in ("mu = 6.84 trainer updates per generated batch", "measured mu = 0.5",
+                 "horizon x* = 4.2 updates (x = N/R", "replay ratio y* = 2.1 (y = B/R",
+                 "trained as x = 4, y = 2", "saving against on-policy: 30%",
+                 "target accuracy 0.540: 80% of the way from the warm start (0.300)",
+                 "ranking window, the first 80 updates"):
+        assert said in text, said
+    onp = demo.DemoSummary(**{**asdict(summary), "regime": "on_policy", "runs": rows,
+                              "fit": summary.fit})
+    assert "on-policy training (no buffer, x = y = 1) is best" in \
+        "\n".join(demo.prediction_lines(onp))
+    runs = [_curve_record("onp", {"schedule.mode": "on_policy"}, [0.3, 0.4, 0.5]),
+            _curve_record("buf", {"buffer.horizon": 4, "schedule.replay_ratio": 2.0},
+                          [0.3, 0.45, 0.6])]
+    (tmp_path / "curves.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    (tmp_path / "summary.json").write_text(json.dumps(asdict(summary)))
+    import figures.demo as fig_demo
+    drawn = []
+    monkeypatch.setattr(fig_demo, "save", lambda fig, name, out: drawn.append(fig) or [])
+    fig_demo.draw(tmp_path)
+    legend = [t.get_text() for t in drawn[0].axes[0].get_legend().get_texts()]
+    assert any(t.startswith("target accuracy 0.540 (80% of the way") for t in legend)
+    assert any(t.startswith("ranking window: first 80 updates") for t in legend)
