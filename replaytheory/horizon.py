@@ -37,6 +37,7 @@ from .panel_fit import PanelFit
 
 WORTHS = ("kept", "align", "none")
 Y_MIN = 0.25  # the smallest replay ratio searched: a quarter of the rollouts used
+POLISHED = 8  # horizons whose replay ratio is polished after the grid search
 
 
 @dataclass(frozen=True)
@@ -176,8 +177,8 @@ class HorizonDesign:
 def optimal_design(terms: HorizonTerms, *, mu: float, max_horizon: int | None = None,
                    max_replay: float | None = None) -> HorizonDesign:
     """Minimise J_h over integer 1 <= x <= max_horizon (default terms.length) and
-    Y_MIN <= y <= min(x, max_replay) (N >= B: y <= x), a log grid in y per x, polished by
-    Brent's method at the best x (section 11.5)."""
+    Y_MIN <= y <= min(x, max_replay) (N >= B: y <= x): a log grid in y per x, then Brent's
+    method in y at the ``POLISHED`` horizons with the lowest grid minima (section 11.5)."""
     v.positive("mu", mu)
     top = terms.length if max_horizon is None else v.integer("max_horizon", max_horizon, 1,
                                                              terms.length)
@@ -189,13 +190,19 @@ def optimal_design(terms: HorizonTerms, *, mu: float, max_horizon: int | None = 
     j = np.full(yy.shape, np.inf)
     ok = ~np.isnan(yy)
     j[ok] = objective(terms, xx[ok], yy[ok], mu=mu)
-    i, k = np.unravel_index(np.argmin(j), j.shape)
-    hi = float(cap[i, 0]) if np.ndim(cap) else float(cap)
-    lo = float(ys[max(k - 1, 0)])
-    res = minimize_scalar(lambda yv: float(objective(terms, x[i], yv, mu=mu)),
-                          bounds=(lo, min(float(ys[min(k + 1, len(ys) - 1)]), hi)),
-                          method="bounded")
-    y_best, j_best = (res.x, res.fun) if res.fun <= j[i, k] else (ys[k], j[i, k])
+    # The surface is often flat in x: polish y at the few horizons whose grid minima lead.
+    best = (np.inf, 0, 0.0)
+    for i in np.argsort(j.min(1))[:POLISHED]:
+        k = int(np.argmin(j[i]))
+        hi = float(cap[i, 0]) if np.ndim(cap) else float(cap)
+        res = minimize_scalar(lambda yv: float(objective(terms, x[i], yv, mu=mu)),
+                              bounds=(float(ys[max(k - 1, 0)]),
+                                      min(float(ys[min(k + 1, len(ys) - 1)]), hi)),
+                              method="bounded")
+        for jv, yv in ((res.fun, res.x), (j[i, k], ys[k])):
+            if jv < best[0]:
+                best = (float(jv), int(i), float(yv))
+    j_best, i, y_best = best
     j_on = on_policy(terms, mu=mu)
     return HorizonDesign(horizon=int(x[i]), replay_ratio=float(y_best),
                          objective=float(j_best), on_policy=j_on,
