@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
-import sys
 
 import numpy as np
 
 from replaytheory import horizon as hz
+from replaytheory.cli_input import Parser, existing_file, output_dir
 from replaytheory.io import write_json
 from replaytheory.panel_fit import PanelFit, fit_panels
 
@@ -154,27 +155,34 @@ def _one_sweep(run_dirs) -> bool:
     return len({os.path.dirname(os.path.normpath(d)) for d in run_dirs}) == 1
 
 
-def _floats(text: str) -> list[float]:
+def _positive_list(text: str) -> list[float]:
+    """A comma-separated list of finite numbers > 0 (horizons, replay ratios, rates)."""
     try:
-        return [float(v) for v in text.split(",") if v.strip()]
+        values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+        values = []
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers > 0, got {text!r}")
+    return values
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llm_experiments.horizon_predict",
-                                description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m llm_experiments.horizon_predict",
+               description=__doc__.split("\n\n")[0])
     p.add_argument("--name", required=True)
     p.add_argument("--config", default="cpu_tiny")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--panels", nargs="+", required=True, metavar="RUN_DIR",
                    help="run folders with panel probes (globs allowed)")
-    p.add_argument("--horizons", type=_floats, required=True)
-    p.add_argument("--replay-ratios", type=_floats, required=True)
-    p.add_argument("--learning-rates", type=_floats, required=True)
-    p.add_argument("--standard", metavar="PREDICTION_JSON")
+    p.add_argument("--horizons", type=_positive_list, required=True,
+                   help="the grid's horizons x (updates), comma-separated, > 0")
+    p.add_argument("--replay-ratios", type=_positive_list, required=True,
+                   help="the grid's replay ratios y, comma-separated, > 0")
+    p.add_argument("--learning-rates", type=_positive_list, required=True,
+                   help="the grid's learning rates, comma-separated, > 0")
+    p.add_argument("--standard", type=existing_file, metavar="PREDICTION_JSON")
     p.add_argument("--note", default="")
-    p.add_argument("--out", required=True, help="folder for prediction.json")
+    p.add_argument("--out", type=output_dir, required=True, help="folder for prediction.json")
     a = p.parse_args(argv)
     dirs = sorted({d for pat in a.panels for d in glob.glob(pat)})
     try:
@@ -184,8 +192,7 @@ def main(argv=None) -> int:
                        replay_ratios=a.replay_ratios, learning_rates=a.learning_rates,
                        standard=a.standard, note=a.note)
     except (ValueError, OSError, KeyError) as exc:
-        print(f"horizon_predict: error: {exc}", file=sys.stderr)
-        return 2
+        return p.report(exc)
     path = os.path.join(a.out, "prediction.json")
     write_json(path, reg)
     for key, pred in reg["horizon_model"]["by_mu"].items():

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from llm_experiments import cli as llm_cli
-from llm_experiments import diagnose, provenance, results
+from llm_experiments import diagnose, horizon_predict, provenance, results
 from replaytheory import cli as theory_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,6 +23,7 @@ REGISTRATION = os.path.join(REPO, "results", "cpu_sweep_v3", "preregistration.js
 CURVES = os.path.join(REPO, "tests", "fixtures", "tiny_sweep", "curves.jsonl")
 THEORY = ["--mu", "5", "--rho", "0.1"]
 JUDGE = ["judge", "--registration", REGISTRATION, "--out", "{d}/v.json", "--curves"]
+HORIZON = ["--name", "h", "--horizons", "1,2", "--replay-ratios", "1", "--learning-rates", "1e-4"]
 
 # (command, argv with {d} for the folder of bad files, text the error line must hold)
 CASES = {
@@ -156,9 +157,20 @@ CASES = {
         (["validate-sim", "--out", "{d}/vs", "--seed", "-1"], "--seed"),
         (["no_such_command"], "no_such_command"),
     ],
+    "horizon_predict": [
+        (HORIZON + ["--panels", "{d}/no_runs_*", "--out", "{d}/h"], "--panels"),
+        (HORIZON + ["--panels", "{d}", "--out", "{d}/bad.json"], "--out"),
+        (["--name", "h", "--horizons", "1,x", "--replay-ratios", "1", "--learning-rates",
+          "1e-4", "--panels", "{d}", "--out", "{d}/h"], "--horizons"),
+        (["--name", "h", "--horizons", "1,2", "--replay-ratios", "0", "--learning-rates",
+          "1e-4", "--panels", "{d}", "--out", "{d}/h"], "--replay-ratios"),
+        (HORIZON + ["--panels", "{d}", "--out", "{d}/h", "--standard", "{d}/missing.json"],
+         "--standard"),
+        (HORIZON + ["--panels", "{d}", "--out", "{d}/h"], "probes.npz"),
+    ],
 }
 MAINS = {"diagnose": diagnose.main, "results": results.main, "provenance": provenance.main,
-         "replaytheory": theory_cli.main}
+         "replaytheory": theory_cli.main, "horizon_predict": horizon_predict.main}
 
 
 def _write_bad_files(d) -> None:
