@@ -15,6 +15,10 @@ forward to float32 rounding (tests/llm/test_llm_direct.py).
   the batch, the completion segment attends to its row's prompt keys/values and to itself.
   Gradients flow through both segments (the prompt's share is summed over its rows), so
   the loss and its gradient are those of the full per-row forward.
+* ``sequence_logits`` (training, a batch of mostly distinct prompts): each row's prompt and
+  completion in one pass, the last layer only from the column that predicts the first
+  completion token. Sharing saves nothing when every row has its own prompt, and one pass
+  costs less than two (``run.train_layout``, ``benchmarks/update_cost.py``).
 """
 
 from __future__ import annotations

@@ -256,7 +256,8 @@ def collate_direct(rollouts, layout: str, pad_id: int, device="cpu"):
 
 def batch_logprobs(model, batch, temperature: float, chunk: int = 0):
     """(log-probs, entropies) (n, L) of a batch's completion tokens under ``model``: through
-    ``direct.shared_prompt_logits`` for a ``PromptBatch``, else one full forward.
+    ``direct.shared_prompt_logits`` for a ``PromptBatch``, ``direct.sequence_logits`` for a
+    ``SequenceBatch``, else the model's own full forward.
 
     chunk: tokens whose logits are computed at once (``chunked_logprobs``; the model needs
     ``.model`` and ``.lm_head``, as transformers' causal LMs have); 0, or a chunk covering
