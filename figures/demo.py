@@ -1,5 +1,6 @@
 """The demo's figure: held-out accuracy against compute for each compared run, the predicted
-cell drawn thick and the target accuracy dotted.
+cell drawn thick, the target accuracy dotted and the ranking window shaded, each named in the
+legend.
 
 Reads what ``python -m llm_experiments demo --out DIR`` saved (``DIR/summary.json`` and
 ``DIR/curves.jsonl``) and writes ``DIR/demo.png`` and ``DIR/demo.pdf``; the demo runs it as
@@ -31,11 +32,20 @@ def draw(demo_dir: str | Path) -> list[Path]:
         ax.plot(run.compute(mu), run.eval["eval_accuracy"], color=color,
                 lw=2.2 if row["predicted"] else 1.2,
                 label=row["config"] + (" (predicted)" if row["predicted"] else ""))
-    ax.axhline(summary["target_accuracy"], color="grey", ls=":", lw=0.8)
-    ax.set(xlabel=f"compute (trainer updates, mu={mu:g})", ylabel="held-out accuracy",
-           title=f"predicted x*={summary['predicted_horizon']:.3g}, "
-                 f"y*={summary['predicted_replay_ratio']:.3g}")
-    ax.legend(fontsize=7)
+    warm, target = summary["warm_start_accuracy"], summary["target_accuracy"]
+    best = max(row["final_accuracy"] for row in summary["runs"])
+    share = (target - warm) / max(best - warm, 1e-12)
+    ax.axhline(target, color="grey", ls=":", lw=0.8,
+               label=f"target accuracy {target:.3f} ({share:.0%} of the way from the warm "
+                     f"start to the best final)")
+    window = min(row["compute"] for row in summary["runs"])
+    ax.axvspan(0, window, color="grey", alpha=0.08, lw=0,
+               label=f"ranking window: first {window:.4g} updates (the compute every run spent)")
+    ax.set(xlabel=f"compute (trainer updates; a generated batch counts as mu = {mu:g})",
+           ylabel="held-out accuracy",
+           title=f"predicted horizon x* = {summary['predicted_horizon']:.3g} updates, "
+                 f"replay ratio y* = {summary['predicted_replay_ratio']:.3g}")
+    ax.legend(fontsize=6)
     return save(fig, "demo", demo_dir)
 
 

@@ -371,7 +371,7 @@ def wall_clock(s: Sweep) -> Verdict:
         "yes (buffer smooths producer/consumer stalls)",
         "not from this sweep (the emulated engine has no real concurrency, so no stalls); "
         "measured on the Ray engine with an injected sampler delay by "
-        "benchmarks/claim8_wallclock.py (README, theory.md section 8.5)", None)
+        "benchmarks/claim8_wallclock.py (docs/findings.md, theory.md section 8.5)", None)
 
 
 CLAIMS = (compute_saving, worse_per_step, slower_but_stabler, reuse_hurts, keeps_diversity,

@@ -16,6 +16,8 @@ import json
 import os
 import sys
 
+from replaytheory.cli_input import Parser, output_dir
+
 from .config import load_config, read_config
 
 
@@ -26,6 +28,7 @@ FORWARDED = {
     "verify": "run a prediction's grid and judge it: validation.json (see verify.py)",
     "judge": "seed-bootstrap verdicts of a registered sweep's curves (see judge.py)",
     "trl": "train a config through TRL with the replay trainer (see integrations/trl_run.py)",
+    "demo": "the main job: calibrate, predict, compare (see demo.py)",
 }
 # Forwarded commands whose module is not llm_experiments/NAME.py.
 FORWARDED_MODULES = {"trl": ".integrations.trl_run"}
@@ -33,14 +36,15 @@ FORWARDED_MODULES = {"trl": ".integrations.trl_run"}
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m llm_experiments``."""
-    parser = argparse.ArgumentParser(prog="python -m llm_experiments",
-                                     description="LLM RL training with a replay buffer")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="python -m llm_experiments",
+                    description="LLM RL training with a replay buffer")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     run = sub.add_parser("run", help="train one configuration")
     run.add_argument("--config", default=None,
                      help="shipped config name (cpu_tiny, qwen3_0p6b_math) or YAML path; "
                           "default cpu_tiny, or the saved one with --resume")
-    run.add_argument("--out", required=True, help="output folder (must not exist yet)")
+    run.add_argument("--out", type=output_dir, required=True,
+                     help="output folder (must not exist yet)")
     run.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
     run.add_argument("--resume", action="store_true",
@@ -49,11 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=None,
                      help="Ray cluster address for schedule.engine=ray (default $RAY_ADDRESS, "
                           "else a local cluster)")
-    demo = sub.add_parser("demo", help="the main job: calibrate, predict, compare (see demo.py)")
-    demo.add_argument("--out", default="runs/demo", help="output folder (rerun to resume)")
-    demo.add_argument("--mu", type=float, default=6.84, help="accounting mu (default 6.84)")
-    demo.add_argument("--steps", type=int, default=150, help="steps per compared run")
-    demo.add_argument("--workers", type=int, default=2, help="runs at a time")
     for name, text in FORWARDED.items():
         forwarded = sub.add_parser(name, help=text, add_help=False)
         forwarded.add_argument("args", nargs=argparse.REMAINDER)
@@ -66,11 +65,8 @@ def main(argv=None) -> int:
     if argv and argv[0] in FORWARDED:  # argparse would swallow their options
         module = FORWARDED_MODULES.get(argv[0], f".{argv[0]}")
         return importlib.import_module(module, __package__).main(argv[1:])
-    args = build_parser().parse_args(argv)
-    if args.command == "demo":
-        from .demo import main as demo_main
-        return demo_main(["--out", args.out, "--mu", str(args.mu), "--steps", str(args.steps),
-                          "--workers", str(args.workers)])
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         saved = os.path.join(args.out, "config.yaml")
         if args.resume and args.config is None and not args.overrides \
@@ -81,8 +77,7 @@ def main(argv=None) -> int:
         from .experiment import run_experiment
         summary = run_experiment(cfg, args.out, resume=args.resume, address=args.address)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return parser.report(exc)
     keys = ("warm_start_accuracy", "best_eval_accuracy", "final_eval_accuracy",
             "compute_to_98pct_best", "mu_measured", "mu_accounting", "samples_generated",
             "samples_consumed")

@@ -28,6 +28,7 @@ import yaml
 
 from replaytheory import checks
 from replaytheory.buffer import SAMPLING_MODES
+from replaytheory.cli_input import BadInput, file_label, kind_name, read_text
 
 from .engines import ENGINES
 from .engines.ray_plan import chunk_groups, lifo_min_capacity
@@ -711,12 +712,29 @@ def config_path(name: str) -> str:
     return path
 
 
+def read_yaml(path: str, flag: str = "") -> dict:
+    """The YAML mapping in the file ``path`` (an empty file: {}); ``BadInput`` naming ``flag``
+    and ``path`` for a file that is missing, unreadable, not YAML or not a mapping."""
+    text = read_text(path, flag)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise BadInput(f"{file_label(path, flag)}: not YAML "
+                       f"({getattr(exc, 'problem', None) or type(exc).__name__}{where})") \
+            from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BadInput(f"{file_label(path, flag)}: holds {kind_name(type(data))}, not a "
+                       f"mapping")
+    return data
+
+
 def load_config(name: str = "cpu_tiny", overrides=()) -> Config:
     """Load a shipped config or YAML file and apply ``section.key=value`` overrides."""
-    with open(config_path(name)) as fh:
-        data = yaml.safe_load(fh) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {name!r} must hold a mapping of sections")
+    data = read_yaml(config_path(name), "config")
     for text in overrides:
         section, key, value = parse_override(text)
         data.setdefault(section, {})
@@ -735,8 +753,7 @@ def save_config(cfg: Config, path: str) -> None:
 
 def read_config(path: str) -> Config:
     """Read a resolved ``config.yaml`` written by ``save_config``."""
-    with open(path) as fh:
-        return from_dict(yaml.safe_load(fh))
+    return from_dict(read_yaml(path, "saved config"))
 
 
 def differences(a: Config, b: Config) -> list[str]:

@@ -24,11 +24,11 @@ rerun the same command after an interruption.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -39,7 +39,9 @@ import numpy as np
 from tqdm import tqdm
 
 from replaytheory import calibrate
+from replaytheory import checks
 from replaytheory.analysis import compute_to_target, mean_over_budget
+from replaytheory.cli_input import Parser, integer, output_dir, real
 from replaytheory.io import write_json
 
 from .cells import kind
@@ -203,10 +205,9 @@ def run_demo(out: str, mu: float = 6.84, steps: int = 150, workers: int = 2,
     workers: compared runs at a time (integer >= 1). ``overrides``: extra config settings for
     every run (e.g. a smaller model in tests).
     """
-    if not (isinstance(mu, (int, float)) and mu > 0 and math.isfinite(mu)):
-        raise ValueError(f"mu must be finite and > 0, got {mu!r}")
-    if not (isinstance(steps, int) and steps >= 2):
-        raise ValueError(f"steps must be an integer >= 2, got {steps!r}")
+    checks.positive("mu", mu)
+    checks.integer("steps", steps, 2)
+    checks.integer("workers", workers, 1)  # before the calibration run's minutes
     base = {**BASE, **(overrides or {})}
     os.makedirs(out, exist_ok=True)
     cal_dir = os.path.join(out, "calibration")
@@ -284,6 +285,32 @@ def _summarise(runs, cal, design, mu, xy) -> DemoSummary:
                        list(design.notes) + list(cal.notes), rows)
 
 
+def prediction_lines(s: DemoSummary) -> list[str]:
+    """The terminal report's first part: every number of the prediction, named in words (what
+    x, y and mu are, which model made it, what was trained, the target accuracy)."""
+    lines = ["What the demo calibrated and predicted:",
+             f"  generation cost mu = {s.mu:g} trainer updates per generated batch (the "
+             f"accounting value; this tiny model's own measured mu = {s.mu_measured:.3g})",
+             f"  model: {s.fit.variant}, the variant the calibration probes support "
+             f"(theory.md section 10.7)"]
+    if s.regime == "replay":
+        lines += [f"  predicted staleness horizon x* = {s.predicted_horizon:.3g} updates (x = N/R: "
+                  f"the oldest rollout in the buffer was generated x updates ago)",
+                  f"  predicted replay ratio y* = {s.predicted_replay_ratio:.3g} (y = B/R: how "
+                  f"many times each rollout is used, on average)",
+                  f"  trained as x = {s.run_horizon:g}, y = {s.run_replay_ratio:g}, against "
+                  f"on-policy training (no buffer, x = y = 1) and half and twice that reuse",
+                  f"  predicted compute saving against on-policy: {s.predicted_saving:.0%}"]
+    else:
+        lines.append("  prediction: on-policy training (no buffer, x = y = 1) is best at this mu")
+    share = (s.target_accuracy - s.warm_start_accuracy) / max(
+        max(r.final_accuracy for r in s.runs) - s.warm_start_accuracy, 1e-12)
+    lines.append(f"  target accuracy {s.target_accuracy:.3f}: {share:.0%} of the way from the "
+                 f"warm start ({s.warm_start_accuracy:.3f}) to the best final accuracy of the "
+                 f"runs ({max(r.final_accuracy for r in s.runs):.3f})")
+    return lines
+
+
 def verdict_lines(s: DemoSummary) -> list[str]:
     """The terminal report: the runs ranked by the target-free score (mean accuracy over the
     common compute budget), the predicted run marked with its rank, and what one seed per run
@@ -291,8 +318,9 @@ def verdict_lines(s: DemoSummary) -> list[str]:
     ranked = sorted(s.runs, key=lambda r: -r.mean_accuracy if math.isfinite(r.mean_accuracy)
                     else math.inf)
     budget = min(r.compute for r in s.runs)
-    lines = [f"runs ranked by mean accuracy over the first {budget:.4g} updates of compute (the "
-             f"compute every run spent, mu = {s.mu:g}); compute to reach "
+    lines = [f"Runs ranked by mean held-out accuracy over the ranking window, the first "
+             f"{budget:.4g} updates of compute (what every run spent; a generated batch counts "
+             f"as mu = {s.mu:g} updates); compute to target: updates to first reach "
              f"{s.target_accuracy:.3f}:"]
     for i, r in enumerate(ranked, 1):
         reach = f"{r.compute_to_target:.4g}" if math.isfinite(r.compute_to_target) \
@@ -306,7 +334,7 @@ def verdict_lines(s: DemoSummary) -> list[str]:
     lines.append(f"The predicted configuration (model: {s.fit.variant}) {where}. One seed "
                  f"per run: this shows the pipeline end to end, not whether the prediction "
                  f"holds (seed noise alone can reorder these runs); the evidence is the "
-                 f"seed-bootstrap sweep in results/ (README, 'What we found').")
+                 f"seed-bootstrap sweeps in results/ (docs/findings.md).")
     return lines
 
 
@@ -318,28 +346,27 @@ def _draw(out: str) -> None:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
         raise RuntimeError(f"drawing the figure failed ({last}); the results are saved, "
-                           f"redraw with: {' '.join(cmd)}")
+                           f"redraw with: {shlex.join(cmd)}")
 
 
 def main(argv=None) -> int:
     """Command line (see the module docstring); exit status 0, or 2 on bad input or a failed
     run."""
-    p = argparse.ArgumentParser(prog="llm_experiments demo", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="runs/demo", help="output folder (rerun to resume)")
-    p.add_argument("--mu", type=float, default=6.84, help="accounting mu (default 6.84)")
-    p.add_argument("--steps", type=int, default=150, help="steps per compared run")
-    p.add_argument("--workers", type=int, default=2, help="runs at a time")
+    p = Parser(prog="llm_experiments demo", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=output_dir, default="runs/demo",
+                   help="output folder (rerun to resume)")
+    p.add_argument("--mu", type=real(0.0, lo_open=True), default=6.84,
+                   help="accounting mu, > 0 (default 6.84)")
+    p.add_argument("--steps", type=integer(2), default=150,
+                   help="steps per compared run, >= 2 (default 150)")
+    p.add_argument("--workers", type=integer(1), default=2,
+                   help="runs at a time, >= 1 (default 2)")
     a = p.parse_args(argv)
     try:
         s = run_demo(a.out, a.mu, a.steps, a.workers)
     except (ValueError, RuntimeError) as exc:
-        print(f"llm_experiments demo: error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(_shown({"mu": s.mu, "mu_measured": s.mu_measured,
-                             "predicted_horizon": s.predicted_horizon,
-                             "predicted_replay_ratio": s.predicted_replay_ratio,
-                             "regime": s.regime, "variant": s.fit.variant}), indent=1))
-    print("\n".join(verdict_lines(s)))
+        return p.report(exc)
+    print("\n".join(prediction_lines(s) + verdict_lines(s)))
     print(f"figure: {os.path.join(a.out, 'demo.png')}\nsummary: "
           f"{os.path.join(a.out, 'summary.json')}")
     return 0

@@ -11,12 +11,14 @@ The probes come from runs with ``probe.reuse_gaps`` and ``probe.contribution`` o
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
+import zipfile
 
 import numpy as np
 
+from replaytheory.cli_input import (BadInput, Parser, existing_dir, file_label, integer,
+                                    one_line, output_file)
 from replaytheory.diagnosis import Diagnosis, diagnose
 from replaytheory.io import write_json
 from replaytheory.probes import ProbeSet
@@ -29,12 +31,21 @@ def load_run_probes(paths) -> ProbeSet:
         raise FileNotFoundError("no probe files (*.npz) given")
     merged = None
     for i, path in enumerate(sorted(paths)):
-        p = ProbeSet.load(path)
+        p = _probe_file(path)
         tables = {name: {**t, "run": np.full(p.n_rows(name), float(i))}
                   for name, t in p.tables.items()}
         p = ProbeSet(tables, p.counts)
         merged = p if merged is None else merged.extend(p)
     return merged
+
+
+def _probe_file(path: str) -> ProbeSet:
+    """``ProbeSet.load(path)``; ``BadInput`` naming the file if it is no probe file."""
+    try:
+        return ProbeSet.load(path)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise BadInput(f"{file_label(path, '--probes')}: not a probe file written by a run "
+                       f"({one_line(exc) or type(exc).__name__})") from None
 
 
 def _line(name: str, est) -> str:
@@ -60,18 +71,23 @@ def summary_lines(d: Diagnosis) -> list[str]:
 
 def main(argv=None) -> int:
     """``python -m llm_experiments.diagnose --probes DIR --out diagnosis.json``."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--probes", required=True, help="folder of probe files (*.npz), one per run")
+    p = Parser(prog="python -m llm_experiments.diagnose", description=__doc__.splitlines()[0])
+    p.add_argument("--probes", type=existing_dir, required=True,
+                   help="folder of probe files (*.npz), one per run")
     p.add_argument("--pattern", default="*.npz",
                    help="probe files of the folder to use (default *.npz; e.g. grpo_*.npz)")
-    p.add_argument("--out", required=True, help="JSON file to write")
-    p.add_argument("--n-boot", type=int, default=400, help="bootstrap replicates (>= 20)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--out", type=output_file, required=True, help="JSON file to write")
+    p.add_argument("--n-boot", type=integer(20), default=400,
+                   help="bootstrap replicates (>= 20, default 400)")
+    p.add_argument("--seed", type=integer(0), default=0, help="bootstrap seed (>= 0)")
     a = p.parse_args(argv)
     paths = sorted(glob.glob(os.path.join(a.probes, a.pattern)))
     if not paths:
         p.error(f"--probes {a.probes!r} holds no files matching {a.pattern!r}")
-    d = diagnose(load_run_probes(paths), n_boot=a.n_boot, seed=a.seed)
+    try:
+        d = diagnose(load_run_probes(paths), n_boot=a.n_boot, seed=a.seed)
+    except ValueError as exc:
+        return p.report(exc)
     write_json(a.out, {"sources": [os.path.basename(x) for x in paths], **d.to_dict()})
     for line in summary_lines(d):
         print(line)

@@ -45,10 +45,8 @@ results/cpu_sweep/calibration --out results/cpu_sweep_v2/validation.json``
 
 from __future__ import annotations
 
-import argparse
 import glob
 import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -59,6 +57,8 @@ from replaytheory import calibrate
 from replaytheory.analysis import (best_option, compute_to_target as curve_to_target,
                                    mean_over_budget, split_half_spearman)
 from replaytheory.checks import choice
+from replaytheory.cli_input import (BadInput, Parser, existing_file, file_label, missing_field,
+                                    one_line, output_file, read_json)
 from replaytheory.io import write_json
 from replaytheory.noise import EXTRAPOLATIONS
 from replaytheory.verdicts import (TIE_RTOL, bootstrap_verdict, gate_distribution, regret_gain,
@@ -70,6 +70,8 @@ from .results import Run, by_cell, load_runs, same_warm_start
 from .seconds import cell_costs, seconds_at_evals, seconds_budget
 from .validation import HORIZON_VARIANTS, VARIANTS, load_probes, predict, smoothness
 
+# what ``Registration.load`` reads, for its error messages
+REGISTRATION = "a registration (predict's prediction.json or a preregistration.json)"
 MEASURED = "measured"
 CELL_MU = "cell"
 SECONDS = "seconds"  # the mu_source of the wall-clock record
@@ -111,27 +113,32 @@ class Registration:
         choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
 
     @classmethod
-    def load(cls, path: str) -> Registration:
-        """Read a registration file; KeyError names a missing field."""
-        with open(path, "rb") as fh:
-            raw = fh.read()
-        d = json.loads(raw)
-        acc = tuple(float(m) for m in d["accounting_mus"])
-        preds = {}  # a variant without an optimum at some mu carries the reason, not (x, y)
-        for variant, by_mu in d["predictions_judged"].items():
-            if isinstance(by_mu, dict) and variant in (*VARIANTS, *HORIZON_VARIANTS):
-                preds[variant] = {_mu_key(k, acc): tuple(xy_) for k, xy_ in by_mu.items()
-                                  if isinstance(xy_, list)}
-        return cls(d["name"], d["loss"], int(d["steps"]), tuple(d["horizons"]),
-                   tuple(d["replay_ratios"]), acc,
-                   float(d["primary_measure"]["budget_replay_ratio"]),
-                   tuple(d.get("secondary_targets", ())), int(d["bootstrap"]["draws"]),
-                   float(d["bootstrap"]["interval"]), int(d["bootstrap"]["rng_seed"]),
-                   float(d["gate"]["threshold"]), preds, d.get("extrapolate", "none"),
-                   path, hashlib.sha256(raw).hexdigest(), d.get("warm_start"),
-                   primary_variant=d.get("primary_variant"),
-                   compute_targets=tuple(float(a) for a in d.get("compute_targets", ())),
-                   wall_clock=bool(d.get("wall_clock", False)))
+    def load(cls, path: str, flag: str = "--registration") -> Registration:
+        """Read a registration file; ``BadInput`` names ``flag``, the file and what is wrong
+        (unreadable, not JSON, a field missing or of the wrong type)."""
+        d = read_json(path, flag)
+        try:
+            acc = tuple(float(m) for m in d["accounting_mus"])
+            preds = {}  # a variant without an optimum at some mu carries the reason, not (x, y)
+            for variant, by_mu in d["predictions_judged"].items():
+                if isinstance(by_mu, dict) and variant in (*VARIANTS, *HORIZON_VARIANTS):
+                    preds[variant] = {_mu_key(k, acc): tuple(xy_) for k, xy_ in by_mu.items()
+                                      if isinstance(xy_, list)}
+            return cls(d["name"], d["loss"], int(d["steps"]), tuple(d["horizons"]),
+                       tuple(d["replay_ratios"]), acc,
+                       float(d["primary_measure"]["budget_replay_ratio"]),
+                       tuple(d.get("secondary_targets", ())), int(d["bootstrap"]["draws"]),
+                       float(d["bootstrap"]["interval"]), int(d["bootstrap"]["rng_seed"]),
+                       float(d["gate"]["threshold"]), preds, d.get("extrapolate", "none"),
+                       path, file_sha256(path), d.get("warm_start"),
+                       primary_variant=d.get("primary_variant"),
+                       compute_targets=tuple(float(a) for a in d.get("compute_targets", ())),
+                       wall_clock=bool(d.get("wall_clock", False)))
+        except KeyError as exc:
+            raise missing_field(exc, path, flag, REGISTRATION) from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise BadInput(f"{file_label(path, flag)}: {one_line(exc)}; expected "
+                           f"{REGISTRATION}") from None
 
 
 def file_sha256(path: str) -> str:
@@ -514,19 +521,23 @@ def target_tables(grid: SweepGrid, reg: Registration, record: dict, to_target,
 def main(argv=None) -> int:
     """``python -m llm_experiments.judge --curves C [C ...] --registration R [--calibration D]
     --out validation.json``: the verdicts, and a table of them on the terminal."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--curves", required=True, nargs="+", help="compacted sweep "
-                   "(curves.jsonl); several files are judged as one grid")
-    p.add_argument("--registration", required=True, help="preregistration.json")
+    p = Parser(prog="llm_experiments judge", description=__doc__.splitlines()[0])
+    p.add_argument("--curves", type=existing_file, required=True, nargs="+",
+                   help="compacted sweep (curves.jsonl); several files are judged as one grid")
+    p.add_argument("--registration", type=existing_file, required=True,
+                   help="preregistration.json")
     p.add_argument("--calibration", help="probes of the judged predictions (*<loss>*.npz)")
-    p.add_argument("--out", required=True, help="validation.json to write")
+    p.add_argument("--out", type=output_file, required=True, help="validation.json to write")
     p.add_argument("--complete-seeds", action="store_true", help="judge only the seeds that "
                    "finished every run (an interim verdict of a sweep still running)")
     p.add_argument("--seconds", action="store_true", help="also judge over measured seconds "
                    "(the auc_seconds record; theory.md section 3.7)")
     a = p.parse_args(argv)
-    records = judge(a.curves, Registration.load(a.registration), a.calibration,
-                    only_complete_seeds=a.complete_seeds, wall_clock=a.seconds)
+    try:
+        records = judge(a.curves, Registration.load(a.registration), a.calibration,
+                        only_complete_seeds=a.complete_seeds, wall_clock=a.seconds)
+    except ValueError as exc:
+        return p.report(exc)
     write_json(a.out, records)
     for r in records:
         preds = "; ".join(f"{v} {d['cell']} regret {d['regret']['median']:.2f} "

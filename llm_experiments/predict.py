@@ -25,10 +25,11 @@ import glob
 import json
 import math
 import os
-import sys
 
 from replaytheory import calibrate
 from replaytheory.checks import choice
+from replaytheory.cli_input import (Parser, existing_file, integer, missing_field, output_dir,
+                                    read_json, real)
 from replaytheory.io import write_json
 from replaytheory.noise import EXTRAPOLATIONS
 
@@ -193,8 +194,16 @@ def extrapolated_registration(path: str, extrapolate: str, primary: str | None =
     ``prediction_<extrapolate>.json`` next to ``path``; returns that path. Commit it before
     the grid's runs, as the original."""
     extrapolate = choice("extrapolate", extrapolate, EXTRAPOLATIONS)
-    with open(path) as fh:
-        reg = json.load(fh)
+    reg = read_json(path, "--from")
+    try:
+        return _extrapolated(path, reg, extrapolate, primary, note, calibration, config)
+    except KeyError as exc:
+        raise missing_field(exc, path, "--from", "a prediction.json written by predict") \
+            from None
+
+
+def _extrapolated(path: str, reg: dict, extrapolate: str, primary: str | None, note: str,
+                  calibration: str | None, config: str | None) -> str:
     if primary is not None:
         choice("primary", primary, VARIANTS)
     config = reg.get("config") or config
@@ -227,25 +236,30 @@ def _overrides(texts) -> dict:
     return out
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="llm_experiments predict", description=__doc__.split(
+def _parser() -> Parser:
+    p = Parser(prog="llm_experiments predict", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--config", default="cpu_tiny", help="shipped config name or YAML path; "
                    "with --from, used only for a registration that names no config of its own")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override, e.g. task.digits=3 (repeatable)")
-    p.add_argument("--out", help="folder for calibration/ and prediction.json")
-    p.add_argument("--steps", type=int, default=40, help="steps of each calibration run")
-    p.add_argument("--horizon", type=float, default=16.0,
-                   help="calibration buffer horizon in steps (default 16): noise is measured "
+    p.add_argument("--out", type=output_dir, help="folder for calibration/ and "
+                   "prediction.json")
+    # the noise table needs staleness 1: min(horizon, steps) - 1 >= 1
+    p.add_argument("--steps", type=integer(2), default=40,
+                   help="steps of each calibration run (>= 2, default 40)")
+    p.add_argument("--horizon", type=real(2.0), default=16.0,
+                   help="calibration buffer horizon in steps (>= 2, default 16): noise is measured "
                         "only up to min(horizon, steps) - 1 steps of staleness, so a predicted "
                         "x* at that edge is a lower bound")
-    p.add_argument("--seeds", type=int, default=2, help="calibration runs (default 2)")
-    p.add_argument("--workers", type=int, default=2, help="runs at a time (default 2)")
+    p.add_argument("--seeds", type=integer(1), default=2,
+                   help="calibration runs (>= 1, default 2)")
+    p.add_argument("--workers", type=integer(1), default=2,
+                   help="runs at a time (>= 1, default 2)")
     p.add_argument("--extrapolate", choices=EXTRAPOLATIONS, default="none",
                    help="past the measured staleness: 'none' caps x* there, 'hold_last' "
                         "holds the noise at its last measured value")
-    p.add_argument("--from", dest="source", metavar="PREDICTION_JSON",
+    p.add_argument("--from", dest="source", type=existing_file, metavar="PREDICTION_JSON",
                    help="instead of calibrating: predict again from this committed "
                         "registration's calibration with --extrapolate, on its grid; writes "
                         "prediction_<extrapolate>.json next to it")
@@ -264,18 +278,16 @@ def main(argv=None) -> int:
         p.error("give exactly one of --out (calibrate and predict) or --from (predict again)")
     try:
         if a.source:
-            path = extrapolated_registration(a.source, a.extrapolate, a.primary_variant, a.note,
-                                             a.calibration, a.config)
-            with open(path) as fh:
-                reg = json.load(fh)
+            path = extrapolated_registration(a.source, a.extrapolate, a.primary_variant,
+                                             a.note, a.calibration, a.config)
+            reg = read_json(path)
         else:
             path = os.path.join(a.out, "prediction.json")
             reg = make_prediction(a.config, _overrides(a.set), a.out, steps=a.steps,
                                   horizon=a.horizon, seeds=a.seeds, workers=a.workers,
                                   extrapolate=a.extrapolate)
-    except (ValueError, RuntimeError, OSError, KeyError) as exc:
-        print(f"llm_experiments predict: error: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, RuntimeError, OSError) as exc:
+        return p.report(exc)
     for variant, by_mu in reg["predictions_judged"].items():
         for key, v in by_mu.items():
             text = f"x* = {v[0]:.3g}, y* = {v[1]:.3g}" if isinstance(v, list) else v

@@ -17,13 +17,14 @@ registration are listed as unchecked.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import hashlib
 import json
 import os
 import subprocess
 from dataclasses import dataclass
+
+from replaytheory.cli_input import BadInput, Parser, existing_dir, read_json
 
 
 # Worst first: a validation's status is the worst of its curves files'.
@@ -116,10 +117,9 @@ def _order(root: str, reg_commit: str, curves: str) -> CurvesOrder:
 
 def check(root: str, validation: str) -> Provenance:
     """The provenance of one validation file (path relative to ``root``)."""
-    with open(os.path.join(root, validation)) as fh:
-        records = json.load(fh)
-    if not (isinstance(records, list) and all(isinstance(r, dict) for r in records)):
-        raise ValueError(f"{validation} is not a list of verdict records (judge's output)")
+    records = read_json(os.path.join(root, validation), kind=list)
+    if not all(isinstance(r, dict) for r in records):
+        raise BadInput(f"{validation} is not a list of verdict records (judge's output)")
     regs = {json.dumps(r.get("registration"), sort_keys=True) for r in records}
     reg = json.loads(regs.pop()) if len(regs) == 1 else None
     path = _relative(root, reg["path"]) if reg and reg.get("sha256") else ""
@@ -144,13 +144,22 @@ def check_all(root: str, results: str = "results") -> list[Provenance]:
 
 def main(argv=None) -> int:
     """The command line (module docstring); returns the exit status."""
-    p = argparse.ArgumentParser(prog="python -m llm_experiments.provenance",
-                                description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m llm_experiments.provenance",
+               description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="?", default="results",
                    help="results folder inside the repository (default results)")
-    p.add_argument("--root", default=".", help="repository root (default .)")
+    p.add_argument("--root", type=existing_dir, default=".",
+                   help="repository root (default .)")
     a = p.parse_args(argv)
-    rows = check_all(a.root, a.results)
+    if _git(a.root, "rev-parse", "--git-dir").returncode != 0:
+        p.error(f"argument --root: {a.root!r} is not in a git repository (the order of "
+                f"commits is what is checked)")
+    if not os.path.isdir(os.path.join(a.root, a.results)):
+        p.error(f"argument results: no folder {a.results!r} under --root {a.root!r}")
+    try:
+        rows = check_all(a.root, a.results)
+    except ValueError as exc:
+        return p.report(exc)
     for r in rows:
         print(f"{r.status:>30s}  {r.validation}  registration {r.registration or '-'} "
               f"@{r.reg_commit[:7] or '-'}")

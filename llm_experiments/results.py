@@ -13,7 +13,6 @@ chosen per cell (as the paper's Pareto frontiers do).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -22,7 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from replaytheory.analysis import compute_to_target, tail_mean
-from replaytheory.io import atomic_write, open_text, write_text
+from replaytheory.cli_input import (BadInput, Parser, existing_file, file_label, missing_field,
+                                    output_file, read_json, read_jsonl, read_text)
+from replaytheory.io import atomic_write, write_text
 
 SEED_KEY, LR_KEY = "run.seed", "trainer.lr"
 # Settings that change how fast a run computes, not what: never part of a cell.
@@ -32,6 +33,7 @@ EVAL_KEYS = ("eval_accuracy", "pass@1", "pass@2", "pass@4", "pass@8", "pass@16")
 TRAIN_KEYS = ("train_reward", "entropy", "staleness_mean", "replay_ratio_mean",
               "steps_since_last_use_mean", "clip_fraction", "approx_kl", "is_ess", "grad_norm")
 TRAIN_EVERY = 5  # keep every 5th step of the training curves
+CURVES = "a compacted curves.jsonl (results.py)"  # for error messages
 
 
 def cell_of(settings: dict) -> tuple:
@@ -100,19 +102,6 @@ class Run:
         return tail_mean(self.eval["step"], self.eval["eval_accuracy"], fraction)
 
 
-def _read_jsonl(path: str) -> list[dict]:
-    rows = []
-    with open_text(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if line:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:  # a line cut by a kill; the run was resumed
-                    continue
-    return rows
-
-
 def _columns(records: list[dict], keys, digits: int | None = None) -> dict[str, list]:
     """Columns of ``keys`` over ``records``; floats rounded to ``digits`` significant digits
     if given (training diagnostics need no more, and the file stays small enough for git)."""
@@ -124,12 +113,11 @@ def _columns(records: list[dict], keys, digits: int | None = None) -> dict[str, 
 def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
     """One run folder as a compact record (eval points, every 5th step, the summary without
     its histograms: ``compact_histograms`` keeps those)."""
-    records = _read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
-    with open(os.path.join(run_dir, "summary.json")) as fh:
-        summary = json.load(fh)
-    with open(os.path.join(run_dir, "config.yaml")) as fh:
-        import yaml
-        cfg = yaml.safe_load(fh)
+    # a line cut by a kill is skipped: the run was resumed and logged that step again
+    records = read_jsonl(os.path.join(run_dir, "metrics.jsonl"), skip_torn=True)
+    summary = read_json(os.path.join(run_dir, "summary.json"))
+    from .config import read_yaml
+    cfg = read_yaml(os.path.join(run_dir, "config.yaml"))
     # A record of step t evaluates theta_t before step t's rollouts are made but logs the
     # counters after them: the compute spent before the evaluation excludes those rollouts.
     evals = [{**r, "samples_generated": r["samples_generated"] - (r.get("new_rollouts") or 0)}
@@ -156,15 +144,13 @@ def compact_sweep(sweep_dirs, out_path: str, keep=(), grid_only: bool = False) -
     of that sweep).
     """
     kept: dict[str, str] = {}
-    for path in keep:
-        with open_text(path) as fh:
-            for line in fh:
-                if line.strip():
-                    kept.setdefault(json.loads(line)["run_id"], line.strip())
+    for path in keep:  # each record's line kept as it is: the output's bytes stay reproducible
+        lines = [line.strip() for line in read_text(path, "--keep").splitlines() if line.strip()]
+        for rec, line in zip(read_jsonl(path, "--keep"), lines):
+            kept.setdefault(_field(rec, "run_id", path, "--keep"), line)
     lines, fresh, grid = [], set(), set()
     for sweep_dir in [sweep_dirs] if isinstance(sweep_dirs, str) else sweep_dirs:
-        with open(os.path.join(sweep_dir, "sweep.json")) as fh:
-            runs = json.load(fh)["runs"]
+        runs = sweep_runs(sweep_dir)
         grid |= {r["run_id"] for r in runs}
         for r in runs:
             run_dir = os.path.join(sweep_dir, "runs", r["run_id"])
@@ -189,12 +175,37 @@ def load_runs(path: str, **where) -> list[Run]:
         raise FileNotFoundError(path)
     want = {k.replace("__", "."): v for k, v in where.items()}
     out = []
-    for rec in _read_jsonl(path):
-        if any(rec["settings"].get(k) != v for k, v in want.items()):
-            continue
-        out.append(Run(rec["run_id"], rec["settings"], int(rec["batch_size"]),
-                       _arrays(rec["eval"]), _arrays(rec["train"]), rec.get("summary", {})))
+    for rec in read_jsonl(path):
+        try:
+            if any(rec["settings"].get(k) != v for k, v in want.items()):
+                continue
+            out.append(Run(rec["run_id"], rec["settings"], int(rec["batch_size"]),
+                           _arrays(rec["eval"]), _arrays(rec["train"]), rec.get("summary", {})))
+        except KeyError as exc:
+            raise missing_field(exc, path, expected=CURVES) from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise BadInput(f"{file_label(path)}: run {rec.get('run_id')!r}: {exc}; expected "
+                           f"{CURVES}") from None
     return out
+
+
+def sweep_runs(sweep_dir: str) -> list[dict]:
+    """The runs ({"run_id", "overrides"}) listed in a sweep folder's ``sweep.json``;
+    ``BadInput`` naming the file if it is unreadable or lists none."""
+    path = os.path.join(sweep_dir, "sweep.json")
+    runs = _field(read_json(path, "--sweep"), "runs", path, "--sweep")
+    if not (isinstance(runs, list) and all(isinstance(r, dict) and "run_id" in r
+                                           and "overrides" in r for r in runs)):
+        raise BadInput(f"{file_label(path, '--sweep')}: 'runs' is not a list of "
+                       f"{{run_id, overrides}} (sweep.py writes it)")
+    return runs
+
+
+def _field(record: dict, name: str, path: str, flag: str = ""):
+    try:
+        return record[name]
+    except KeyError as exc:
+        raise missing_field(exc, path, flag) from None
 
 
 def by_cell(runs: list[Run]) -> dict[tuple, list[Run]]:
@@ -235,15 +246,13 @@ def _split_label(settings: dict) -> str:
 def compact_histograms(sweep_dir: str, out_path: str) -> int:
     """``histograms.jsonl``: per finished run, a label, its settings, the three histograms of
     sample use (theory.md section 2) and the average replay ratio. Returns the count."""
-    with open(os.path.join(sweep_dir, "sweep.json")) as fh:
-        runs = json.load(fh)["runs"]
+    runs = sweep_runs(sweep_dir)
     lines = []
     for r in runs:
         path = os.path.join(sweep_dir, "runs", r["run_id"], "summary.json")
         if not os.path.exists(path):
             continue
-        with open(path) as fh:
-            s = json.load(fh)
+        s = read_json(path)
         consumed, generated = s.get("samples_consumed"), s.get("samples_generated")
         lines.append(json.dumps({
             "label": _split_label(r["overrides"]), "settings": r["overrides"],
@@ -256,14 +265,16 @@ def compact_histograms(sweep_dir: str, out_path: str) -> int:
 def main(argv=None) -> int:
     """``python -m llm_experiments.results --sweep DIR [DIR ...] --out curves.jsonl
     [--histograms F]``"""
-    p = argparse.ArgumentParser(description="compact a sweep folder for the analysis")
+    p = Parser(prog="python -m llm_experiments.results",
+               description="compact a sweep folder for the analysis")
     p.add_argument("--sweep", required=True, nargs="+",
                    help="sweep folder(s) (sweep.py --out); several go into one file")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", type=output_file, required=True,
                    help="curves.jsonl to write (curves.jsonl.gz: gzip-compressed, for "
                         "grids whose table would pass a few MB)")
-    p.add_argument("--histograms", help="also write the runs' histograms to this JSONL")
-    p.add_argument("--keep", nargs="+", default=[], metavar="CURVES",
+    p.add_argument("--histograms", type=output_file,
+                   help="also write the runs' histograms to this JSONL")
+    p.add_argument("--keep", type=existing_file, nargs="+", default=[], metavar="CURVES",
                    help="compacted curves whose runs are carried over unless the sweep "
                         "folders hold them (may name --out itself)")
     p.add_argument("--grid-only", action="store_true",
@@ -274,15 +285,14 @@ def main(argv=None) -> int:
             p.error(f"--sweep {d!r} is not a sweep folder (no sweep.json)")
     if a.histograms and len(a.sweep) > 1:
         p.error("--histograms takes one sweep folder")
-    for path in a.keep:
-        if not os.path.isfile(path):
-            p.error(f"--keep {path!r} is not a file")
-    print(f"{compact_sweep(a.sweep, a.out, keep=a.keep, grid_only=a.grid_only)} runs -> "
-          f"{a.out}")
-    if a.histograms:
-        print(f"{compact_histograms(a.sweep[0], a.histograms)} runs -> {a.histograms}")
+    try:
+        print(f"{compact_sweep(a.sweep, a.out, keep=a.keep, grid_only=a.grid_only)} runs -> "
+              f"{a.out}")
+        if a.histograms:
+            print(f"{compact_histograms(a.sweep[0], a.histograms)} runs -> {a.histograms}")
+    except ValueError as exc:
+        return p.report(exc)
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -26,7 +26,6 @@ on a machine that is gone continues on another (compact with ``results --keep CU
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import io
@@ -41,12 +40,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from tqdm import tqdm
 
-from replaytheory.io import atomic_write, open_text, write_json
+from replaytheory.cli_input import (Parser, existing_file, integer, missing_field, output_dir,
+                                    read_jsonl)
+from replaytheory.io import atomic_write, write_json
 
-from .results import cell_of, same_warm_start, warm_start_of
+from .config import load_config, read_yaml
+from .results import CURVES, cell_of, same_warm_start, warm_start_of
 
 DEFAULT_COMMAND = [sys.executable, "-m", "llm_experiments", "run"]
 # Where the runs of a sweep execute (``--engine``): local subprocesses or Ray tasks.
@@ -79,13 +80,7 @@ def run_id(overrides: dict, shown=None) -> str:
 
 def load_spec(path: str) -> dict:
     """Read and check a sweep spec; raises ``ValueError`` naming what is wrong."""
-    try:
-        with open(path) as fh:
-            spec = yaml.safe_load(fh) or {}
-    except OSError as exc:
-        raise ValueError(f"spec: cannot read {path!r}: {exc.strerror}") from None
-    if not isinstance(spec, dict):
-        raise ValueError("spec must be a YAML mapping")
+    spec = read_yaml(path, "--spec")
     allowed = {"config", "set", "cells", "grid", "command", "name"}
     unknown = set(spec) - allowed
     if unknown:
@@ -102,6 +97,20 @@ def load_spec(path: str) -> dict:
     if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells) or not cells:
         raise ValueError("spec.cells must be a non-empty list of mappings")
     return spec
+
+
+def check_configs(spec: dict) -> None:
+    """Every run's config of a spec run by the harness (no ``command`` of its own) resolved
+    before any run starts; ``ValueError`` names the run and the bad key (a typo in the spec
+    would otherwise fail every run, one process at a time)."""
+    if "command" in spec:
+        return
+    for run in expand(spec):
+        try:
+            load_config(spec["config"], [f"{k}={_format_value(v)}"
+                                         for k, v in run.overrides.items()])
+        except ValueError as exc:
+            raise ValueError(f"--spec run {run.run_id}: {exc}") from None
 
 
 def expand(spec: dict) -> list[RunSpec]:
@@ -143,12 +152,12 @@ def compacted_runs(paths) -> dict[str, tuple[tuple, dict]]:
     for path in paths:
         if not os.path.isfile(path):
             raise ValueError(f"done_in: {path!r} is not a file")
-        with open_text(path) as fh:
-            for line in fh:
-                if line.strip():
-                    rec = json.loads(line)
-                    runs[rec["run_id"]] = (cell_of(rec["settings"]),
-                                           warm_start_of(rec.get("summary", {})))
+        for rec in read_jsonl(path, "--done-in"):
+            try:
+                runs[rec["run_id"]] = (cell_of(rec["settings"]),
+                                       warm_start_of(rec.get("summary", {})))
+            except KeyError as exc:
+                raise missing_field(exc, path, "--done-in", CURVES) from None
     return runs
 
 
@@ -272,11 +281,11 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
         raise ValueError(f"engine must be one of {list(SWEEP_ENGINES)}, got {engine!r}")
     if address is not None and engine != "ray":
         raise ValueError("address needs engine='ray'")
+    compacted = compacted_runs(done_in)  # a bad file is refused before the folder is made
     out = Path(out_dir)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     runs = expand(spec)
     write_json(str(out / "sweep.json"), {"spec": spec, "runs": [r.__dict__ for r in runs]})
-    compacted = compacted_runs(done_in)
     in_folder = {r.run_id for r in runs if is_done(out / "runs" / r.run_id)}
     todo = [r for r in runs if r.run_id not in in_folder | compacted.keys()]
     counts = {"total": len(runs), "skipped": len(runs) - len(todo),
@@ -340,26 +349,28 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
 
 def main(argv=None) -> int:
     """Command line entry: ``sweep --spec SPEC.yaml --out DIR [--workers K]``."""
-    p = argparse.ArgumentParser(prog="llm_experiments sweep", description=__doc__.splitlines()[0])
+    p = Parser(prog="llm_experiments sweep", description=__doc__.splitlines()[0])
     p.add_argument("--spec", required=True, help="sweep spec (YAML)")
-    p.add_argument("--out", required=True, help="sweep folder (created; rerun to continue)")
-    p.add_argument("--workers", type=int, default=1, help="runs at a time (default 1)")
+    p.add_argument("--out", type=output_dir, required=True,
+                   help="sweep folder (created; rerun to continue)")
+    p.add_argument("--workers", type=integer(1), default=1,
+                   help="runs at a time (>= 1, default 1)")
     p.add_argument("--engine", choices=SWEEP_ENGINES, default="local",
                    help="local subprocesses (default) or one Ray task per run")
     p.add_argument("--address", default=None,
                    help="Ray cluster address for --engine ray (default $RAY_ADDRESS, else a "
                         "local cluster)")
-    p.add_argument("--done-in", nargs="+", default=[], metavar="CURVES",
+    p.add_argument("--done-in", type=existing_file, nargs="+", default=[], metavar="CURVES",
                    help="compacted curves.jsonl whose runs count as done (continue a sweep "
                         "from the committed curves of an earlier machine)")
     args = p.parse_args(argv)
     try:
-        counts = run_sweep(load_spec(args.spec), args.out, workers=args.workers,
-                           engine=args.engine, address=args.address,
-                           done_in=tuple(args.done_in))
+        spec = load_spec(args.spec)
+        check_configs(spec)
+        counts = run_sweep(spec, args.out, workers=args.workers, engine=args.engine,
+                           address=args.address, done_in=tuple(args.done_in))
     except ValueError as exc:
-        print(f"llm_experiments sweep: error: {exc}", file=sys.stderr)
-        return 2
+        return p.report(exc)
     print(f"sweep: {counts['total']} runs, {counts['skipped']} already done "
           f"({counts['compacted']} of them only in --done-in), "
           f"{counts['finished']} finished now, {counts['failed']} failed; results in "

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
-import sys
 
+from replaytheory.cli_input import (Parser, existing_file, integer, missing_field, output_dir,
+                                    read_json)
 from replaytheory.io import write_json
 
 from .judge import Registration, judge
@@ -35,6 +35,7 @@ from .results import compact_sweep
 from .sweep import run_sweep
 
 RUN_SETTINGS = {"probe.every": 0, "run.progress": False}
+GRID_FIELDS = ("config", "loss", "learning_rates", "horizons", "replay_ratios")  # grid_spec's
 
 
 def grid_spec(prediction: dict, seeds: int) -> dict:
@@ -62,13 +63,12 @@ def verify(prediction_path: str, out: str, *, seeds: int = 3, workers: int = 2,
     if not isinstance(seeds, int) or seeds < 2:
         raise ValueError(f"--seeds must be an integer >= 2 (the gate splits the seeds in "
                          f"two halves), got {seeds!r}")
-    try:
-        with open(prediction_path) as fh:
-            prediction = json.load(fh)
-        reg = Registration.load(prediction_path)
-    except (OSError, json.JSONDecodeError, KeyError) as exc:
-        raise ValueError(f"--prediction {prediction_path!r} is not a prediction.json "
-                         f"written by predict: {exc!r}") from None
+    reg = Registration.load(prediction_path, "--prediction")
+    prediction = read_json(prediction_path, "--prediction")
+    for key in GRID_FIELDS:  # a preregistration of a hand-made grid may name no config
+        if key not in prediction:
+            raise missing_field(KeyError(key), prediction_path, "--prediction",
+                                "a prediction.json written by predict")
     runs_dir = os.path.join(out, "runs")
     counts = run_sweep(grid_spec(prediction, seeds), runs_dir, workers=workers,
                        progress=progress, done_in=done_in)
@@ -97,14 +97,18 @@ def validation_name(prediction_path: str) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="llm_experiments verify", description=__doc__.split(
+    p = Parser(prog="llm_experiments verify", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--prediction", required=True, help="prediction.json written by predict")
-    p.add_argument("--out", required=True, help="folder for runs/, curves.jsonl, "
-                   "validation.json (rerun to continue)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per cell (>= 2, default 3)")
-    p.add_argument("--workers", type=int, default=2, help="runs at a time (default 2)")
-    p.add_argument("--done-in", nargs="+", default=[], metavar="CURVES",
+    p.add_argument("--prediction", type=existing_file, required=True,
+                   help="prediction.json written by predict")
+    p.add_argument("--out", type=output_dir, required=True, help="folder for runs/, "
+                   "curves.jsonl, validation.json (rerun to continue)")
+    # the gate splits the seeds in two halves
+    p.add_argument("--seeds", type=integer(2), default=3,
+                   help="seeds per cell (>= 2, default 3)")
+    p.add_argument("--workers", type=integer(1), default=2,
+                   help="runs at a time (>= 1, default 2)")
+    p.add_argument("--done-in", type=existing_file, nargs="+", default=[], metavar="CURVES",
                    help="committed curves.jsonl of this grid: their runs are kept, not rerun "
                         "(continue on another machine)")
     a = p.parse_args(argv)
@@ -112,8 +116,7 @@ def main(argv=None) -> int:
         records = verify(a.prediction, a.out, seeds=a.seeds, workers=a.workers,
                          done_in=tuple(a.done_in))
     except (ValueError, RuntimeError) as exc:
-        print(f"llm_experiments verify: error: {exc}", file=sys.stderr)
-        return 2
+        return p.report(exc)
     for r in records:
         if r["measure"] != "auc":
             continue

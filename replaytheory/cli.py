@@ -13,6 +13,7 @@ import sys
 
 from .calculator import (DEFAULT_REUSE, HORIZON_MEASURED, HORIZON_SOURCES, MEASURED_HORIZON,
                          MEASURED_HORIZON_SHARE, optimal_config)
+from .cli_input import BadInput, Parser, integer, output_dir, parse_json, read_text, real
 from .compute import PAPER_GAMMA_TABLES, PAPER_SPLITS, gamma_table
 from .design import optimal_design
 from .noise import EXTRAPOLATIONS, PowerLawNoise, TabulatedNoise
@@ -21,53 +22,39 @@ NOISE_TABLE_FORMAT = ('JSON {"staleness": [...], "sigma2": [...]} (optional "cou
                       'with columns staleness,sigma2')
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse's own convention)
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _noise_args(p):
-    p.add_argument("--rho", type=float, required=True, help="coupling coefficient in [0, 1]")
+def _noise_args(p, beyond_table: str):
+    """--rho and the noise model; ``beyond_table``: how far hold_last lets the horizon go."""
+    p.add_argument("--rho", type=real(0.0, 1.0), required=True,
+                   help="coupling coefficient in [0, 1]")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--alpha", type=float, help="power-law exponent of sigma(s) = (s/tau)^alpha")
+    g.add_argument("--alpha", type=real(0.0), help="power-law exponent of sigma(s) = "
+                   "(s/tau)^alpha, >= 0")
     g.add_argument("--noise-table", metavar="FILE",
                    help=f"measured noise: {NOISE_TABLE_FORMAT}. Horizons stay within the "
                         f"measured staleness unless --extrapolate says otherwise")
     p.add_argument("--extrapolate", choices=EXTRAPOLATIONS, default="none",
                    help="beyond the noise table's largest staleness: none (default, horizons "
                         "stay inside the table) or hold_last (sigma^2 held at its last "
-                        "measured value, horizons up to --max-horizon)")
-    p.add_argument("--tau", type=float, default=1.0, help="power-law staleness scale (steps)")
+                        f"measured value, {beyond_table})")
+    p.add_argument("--tau", type=real(0.0, lo_open=True), default=1.0,
+                   help="power-law staleness scale (steps, > 0)")
     p.add_argument("--average", choices=("discrete", "continuous"),
                    help="sigma_bar^2 average (default: the model's own)")
 
 
 def _mu_args(p):
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--mu", type=float, help="generation cost of a batch / cost of one update")
-    g.add_argument("--costs", type=float, nargs=2, metavar=("GEN", "TRAIN"),
-                   help="raw costs: generating one batch of rollouts, one trainer update")
+    g.add_argument("--mu", type=real(0.0, lo_open=True),
+                   help="generation cost of a batch / cost of one update (> 0)")
+    g.add_argument("--costs", type=real(0.0, lo_open=True), nargs=2, metavar=("GEN", "TRAIN"),
+                   help="raw costs (> 0): generating one batch of rollouts, one trainer update")
 
 
-def _read_table(path: str) -> tuple[list, list, list | None]:
-    """(staleness, sigma2, counts) from a noise-table file; ValueError says what is wrong."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ValueError(f"cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise ValueError("it is not UTF-8 text") from None
+def _parse_table(path: str, text: str) -> tuple[list, list, list | None]:
+    """(staleness, sigma2, counts) from a noise table's text; ValueError says what is
+    wrong."""
     if path.endswith(".json") or text.lstrip().startswith(("{", "[")):
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"invalid JSON ({exc.msg} at line {exc.lineno} column "
-                             f"{exc.colno})") from None
-        except RecursionError:
-            raise ValueError("invalid JSON (nested too deeply)") from None
-        if not isinstance(d, dict):
-            raise ValueError(f"the JSON holds a {type(d).__name__}, not an object")
+        d = parse_json(text, path, "--noise-table")
         missing = [k for k in ("staleness", "sigma2") if k not in d]
         if missing:
             raise ValueError(f"the JSON object has no {' or '.join(map(repr, missing))} key")
@@ -82,12 +69,14 @@ def _read_table(path: str) -> tuple[list, list, list | None]:
 
 
 def _load_table(path: str, extrapolate: str) -> TabulatedNoise:
-    """The --noise-table file as a ``TabulatedNoise``; any fault is one ValueError line."""
+    """The --noise-table file as a ``TabulatedNoise``; any fault is one ``BadInput`` line."""
     try:
-        staleness, sigma2, counts = _read_table(path)
+        staleness, sigma2, counts = _parse_table(path, read_text(path, "--noise-table"))
         return TabulatedNoise(staleness, sigma2, counts, extrapolate)
+    except BadInput as exc:  # already names the flag and the file
+        raise BadInput(f"{exc}; expected {NOISE_TABLE_FORMAT}") from None
     except ValueError as exc:
-        raise ValueError(f"--noise-table {path!r}: {exc}; expected {NOISE_TABLE_FORMAT}") \
+        raise BadInput(f"--noise-table {path!r}: {exc}; expected {NOISE_TABLE_FORMAT}") \
             from None
 
 
@@ -183,8 +172,6 @@ def _cmd_gamma(args) -> int:
         if args.mu is None:
             raise ValueError("--gpus needs --mu")
         gpus = 8 if args.gpus is None else args.gpus
-        if gpus < 2:
-            raise ValueError(f"gpus must be an integer >= 2, got {gpus}")
         splits = [(gpus - t, t) for t in range(1, gpus)]
         tables = {f"mu = {args.mu:g}": gamma_table(args.mu, splits)}
     if args.json:
@@ -216,22 +203,26 @@ def _cmd_validate_sim(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
-    p = _Parser(prog="replaytheory", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = Parser(prog="replaytheory", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     o = sub.add_parser("optimal", help="recommend N, B, R and a worker/trainer split")
     _mu_args(o)
-    _noise_args(o)
-    o.add_argument("--gpus", type=int, help="GPUs to split into workers and trainers")
-    o.add_argument("--trainers", type=int, help="fix the number of trainers T")
-    o.add_argument("--batch-size", type=int, nargs="+", default=[60], metavar="B",
+    _noise_args(o, "horizons up to --max-horizon")
+    o.add_argument("--gpus", type=integer(2), help="GPUs to split into workers and trainers "
+                   "(>= 2)")
+    o.add_argument("--trainers", type=integer(1), help="fix the number of trainers T (>= 1)")
+    o.add_argument("--batch-size", type=integer(1), nargs="+", default=[60], metavar="B",
                    help="batch size, or MIN MAX to search a range")
-    o.add_argument("--budget", type=float, help="compute budget in trainer updates")
-    o.add_argument("--min-steps", type=int, help="fewest updates the budget must afford")
-    o.add_argument("--max-buffer-size", type=int, help="largest buffer allowed (rollouts)")
-    o.add_argument("--max-horizon", type=float, default=1000.0,
-                   help="largest staleness horizon N/R in steps (default 1000)")
-    o.add_argument("--reuse", type=float, default=DEFAULT_REUSE.c, metavar="C",
+    o.add_argument("--budget", type=real(0.0, lo_open=True),
+                   help="compute budget in trainer updates (> 0)")
+    o.add_argument("--min-steps", type=integer(1),
+                   help="fewest updates the budget must afford (>= 1)")
+    o.add_argument("--max-buffer-size", type=integer(1),
+                   help="largest buffer allowed (rollouts)")
+    o.add_argument("--max-horizon", type=real(1.0, lo_open=True), default=1000.0,
+                   help="largest staleness horizon N/R in steps (> 1, default 1000)")
+    o.add_argument("--reuse", type=real(0.0, 1.0), default=DEFAULT_REUSE.c, metavar="C",
                    help="self-correlation c in [0, 1] of one rollout's uses (theory.md section "
                         f"10.2; default {DEFAULT_REUSE.c:g}, the median measured on our "
                         "settings; 0 gives section 5's model)")
@@ -239,30 +230,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measured (default): keep a replay answer's horizon at the best one "
                         f"measured on our settings ({MEASURED_HORIZON:g} updates; theory.md "
                         "10.11); model: the model's own, unvalidated horizon")
-    o.add_argument("--run-updates", type=int, metavar="T",
-                   help="updates the run will make: the measured horizon becomes "
+    o.add_argument("--run-updates", type=integer(1), metavar="T",
+                   help="updates the run will make (>= 1): the measured horizon becomes "
                         f"{MEASURED_HORIZON_SHARE:.2f} of it")
     o.add_argument("--json", action="store_true", help="print JSON")
     o.set_defaults(func=_cmd_optimal)
 
     d = sub.add_parser("design", help="the continuous optimum (x*, y*) of section 5")
     _mu_args(d)
-    _noise_args(d)
+    _noise_args(d, "horizons unbounded")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=_cmd_design)
 
     g = sub.add_parser("gamma", help="compute ratio table; no arguments: the paper's tables")
-    g.add_argument("--mu", type=float)
-    g.add_argument("--gpus", type=int)
+    g.add_argument("--mu", type=real(0.0, lo_open=True), help="generation cost of a batch / "
+                   "cost of one update (> 0)")
+    g.add_argument("--gpus", type=integer(2), help="GPUs to split (>= 2, default 8; needs "
+                   "--mu)")
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=_cmd_gamma)
 
     s = sub.add_parser("validate-sim", help="simulate, calibrate and check the predicted "
                                             "optimum")
-    s.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    s.add_argument("--out", type=output_dir, required=True, metavar="DIR",
+                   help="output folder")
     s.add_argument("--preset", choices=("tiny", "small", "full"), default="small",
                    help="simulation size: small (default, minutes on 2 cores), full, tiny")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=integer(0), default=0)
     s.set_defaults(func=_cmd_validate_sim)
     return p
 
@@ -270,13 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "batch_size", None) is not None and len(args.batch_size) > 2:
+        parser.error("argument --batch-size: takes one value or MIN MAX")
     try:
-        if getattr(args, "batch_size", None) is not None and len(args.batch_size) > 2:
-            raise ValueError("batch-size takes one value or MIN MAX")
         return args.func(args)
     except ValueError as exc:
-        print(f"replaytheory: error: {exc}", file=sys.stderr)
-        return 2
+        return parser.report(exc)
 
 
 if __name__ == "__main__":

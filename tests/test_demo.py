@@ -3,6 +3,9 @@ results, its summary's floats, its progress reading, and the whole job on a tiny
 
 import json
 import math
+import shlex
+import subprocess
+import sys
 from dataclasses import asdict
 
 import pytest
@@ -45,9 +48,18 @@ def test_the_figure_is_drawn_from_the_saved_results_in_its_own_process(tmp_path,
     assert pred.get_linewidth() > lines["on-policy"].get_linewidth()
     assert any(ln.get_linestyle() == ":" and list(ln.get_ydata()) == [0.48, 0.48]
                for ln in ax.get_lines())
+    # a failed drawing says how to redraw: a command that works, whatever the interpreter's
+    # name (python, python3, a venv path)
+    curves = (tmp_path / "curves.jsonl").read_text()
     (tmp_path / "curves.jsonl").unlink()
-    with pytest.raises(RuntimeError, match="python -m figures.demo"):
+    (tmp_path / "demo.png").unlink()
+    with pytest.raises(RuntimeError, match="redraw with: ") as failed:
         demo._draw(str(tmp_path))
+    cmd = shlex.split(str(failed.value).split("redraw with: ", 1)[1])
+    assert cmd == [sys.executable, "-m", "figures.demo", str(tmp_path)]
+    (tmp_path / "curves.jsonl").write_text(curves)
+    assert subprocess.run(cmd, capture_output=True).returncode == 0
+    assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_summary_floats_are_shown_short():
@@ -69,10 +81,13 @@ def test_progress_reads_the_last_complete_metrics_record(tmp_path):
 
 
 def test_bad_arguments_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="mu must be finite and > 0"):
+    with pytest.raises(ValueError, match=r"mu must be in \(0, inf\)"):
         demo.run_demo(str(tmp_path), mu=0.0)
     with pytest.raises(ValueError, match="steps must be an integer >= 2"):
         demo.run_demo(str(tmp_path), steps=1)
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+        demo.run_demo(str(tmp_path), workers=0)  # before the calibration run starts
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow
@@ -107,3 +122,33 @@ def test_the_terminal_report_ranks_the_runs_and_names_the_prediction():
     assert order == ["x=4,", "on-policy", "x=4,"] and "(predicted)" in lines[3]
     assert "not reached in 80" in lines[3]  # never reaching the target is said, not "inf"
     assert "ranked 3 of 3" in lines[-1] and "not whether the prediction holds" in lines[-1]
+
+
+def test_every_printed_number_and_every_drawn_line_is_named(tmp_path, monkeypatch):
+    rows = [demo.DemoRun("on-policy", "onp", False, 0.5, 0.5, 150.0, 100.0, 0.45),
+            demo.DemoRun("x=4, y=2", "buf", True, 0.6, 0.6, 80.0, 50.0, 0.50)]
+    summary = demo.DemoSummary(6.84, 0.5, 0.54, 0.3, 4.2, 2.1, "replay", 4.0, 2.0, 0.3,
+                               demo.DemoFit(0.1, True, 0.5, "gap", None), [], rows)
+    text = "\n".join(demo.prediction_lines(summary) + demo.verdict_lines(summary))
+    for said in ("mu = 6.84 trainer updates per generated batch", "measured mu = 0.5",
+                 "horizon x* = 4.2 updates (x = N/R", "replay ratio y* = 2.1 (y = B/R",
+                 "trained as x = 4, y = 2", "saving against on-policy: 30%",
+                 "target accuracy 0.540: 80% of the way from the warm start (0.300)",
+                 "ranking window, the first 80 updates"):
+        assert said in text, said
+    onp = demo.DemoSummary(**{**asdict(summary), "regime": "on_policy", "runs": rows,
+                              "fit": summary.fit})
+    assert "on-policy training (no buffer, x = y = 1) is best" in \
+        "\n".join(demo.prediction_lines(onp))
+    runs = [_curve_record("onp", {"schedule.mode": "on_policy"}, [0.3, 0.4, 0.5]),
+            _curve_record("buf", {"buffer.horizon": 4, "schedule.replay_ratio": 2.0},
+                          [0.3, 0.45, 0.6])]
+    (tmp_path / "curves.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    (tmp_path / "summary.json").write_text(json.dumps(asdict(summary)))
+    import figures.demo as fig_demo
+    drawn = []
+    monkeypatch.setattr(fig_demo, "save", lambda fig, name, out: drawn.append(fig) or [])
+    fig_demo.draw(tmp_path)
+    legend = [t.get_text() for t in drawn[0].axes[0].get_legend().get_texts()]
+    assert any(t.startswith("target accuracy 0.540 (80% of the way") for t in legend)
+    assert any(t.startswith("ranking window: first 80 updates") for t in legend)

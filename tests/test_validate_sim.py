@@ -96,7 +96,7 @@ def test_committed_results_load_with_the_harness_loss_names():
     assert {r.loss for r in results.records} == {"quadratic", "grpo", "grpo_unclipped"}
     quad = results.records[0]
     assert (quad.label, quad.mu, quad.design) == ("quadratic", 2.0, "asymptotic")
-    assert quad.fits.alpha == pytest.approx(0.1995, abs=1e-4)  # README's recovered alpha
+    assert quad.fits.alpha == pytest.approx(0.1995, abs=1e-4)  # docs/findings.md's recovered alpha
     assert np.all(np.isfinite(results.variants[0].grid.loss))
     _same_as_files(results, str(COMMITTED))
 

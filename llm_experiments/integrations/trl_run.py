@@ -25,15 +25,14 @@ instead (on-policy configs only), with the same records, as a baseline
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
-import sys
 import time
 
 import numpy as np
 
+from replaytheory.cli_input import Parser, output_dir
 from replaytheory.io import write_json
 
 from ..config import Config, load_config, save_config
@@ -371,6 +370,9 @@ def run_trl(cfg: Config, out_dir: str, plain: bool = False) -> dict:
     if os.path.exists(out_dir) and os.listdir(out_dir):
         raise ValueError(f"output folder {out_dir!r} exists and is not empty; choose another "
                          f"--out")
+    grpo_arguments(cfg, out_dir)  # refuse what TRL cannot follow before making the folder
+    if plain:
+        _check_plain(cfg)
     os.makedirs(out_dir, exist_ok=True)
     save_config(cfg, os.path.join(out_dir, "config.yaml"))
     trainer, callback = build_trainer(cfg, out_dir, plain=plain)
@@ -380,20 +382,19 @@ def run_trl(cfg: Config, out_dir: str, plain: bool = False) -> dict:
 
 def main(argv=None) -> int:
     """The ``trl`` command; returns the exit status (0 ok, 2 bad input)."""
-    parser = argparse.ArgumentParser(prog="python -m llm_experiments trl",
-                                     description="train a harness config through TRL with "
-                                                 "the replay trainer")
+    parser = Parser(prog="python -m llm_experiments trl",
+                    description="train a harness config through TRL with the replay trainer")
     parser.add_argument("--config", default="cpu_tiny",
                         help="shipped config name or YAML path (default cpu_tiny)")
-    parser.add_argument("--out", required=True, help="output folder (must not exist yet)")
+    parser.add_argument("--out", type=output_dir, required=True,
+                        help="output folder (must not exist yet)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
     args = parser.parse_args(argv)
     try:
         summary = run_trl(load_config(args.config, args.overrides), args.out)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return parser.report(exc)
     keys = ("warm_start_accuracy", "best_eval_accuracy", "final_eval_accuracy",
             "compute_to_98pct_best", "mu_measured", "samples_generated", "samples_consumed")
     print(json.dumps({k: summary.get(k) for k in keys}, indent=1))

@@ -116,7 +116,7 @@ def test_resume_needs_an_earlier_run(tmp_path, monkeypatch, capsys):
     out = tmp_path / "new"
     assert cli.main(["run", "--out", str(out), "--resume"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --resume:") and "no run to resume" in err
+    assert err.startswith("python -m llm_experiments: error: --resume:") and "no run to resume" in err
     assert err.count("\n") == 1 and not out.exists()
 
 

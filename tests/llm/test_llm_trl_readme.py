@@ -29,6 +29,6 @@ def test_readme_trl_snippet_runs_on_cpu_as_written(tmp_path, monkeypatch):
     exec(compile(readme_trl_snippet(), "README.md (Use with TRL)", "exec"), scope)
     trainer, mapped = scope["trainer"], scope["mapped"]
     assert trainer.state.global_step == 2
-    assert mapped.per_device_train_batch_size == 24 and mapped.replay.buffer_size == 67
+    assert mapped.per_device_train_batch_size == 24 and mapped.replay.buffer_size == 1536
     assert trainer.consumed == 2 * 64 and trainer.clock.generated >= 2 * 24
     assert trainer.calibration.mu() > 0
