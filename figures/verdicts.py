@@ -5,6 +5,11 @@ one record per (mu, measure) with each cell's probability of being best and each
 prediction's nearest cell, regret and Spearman (theory.md section 8). Writes, for the primary
 measure (``auc``):
 
+Where the judge also scored the runs over measured seconds (``--seconds``: the
+``auc_seconds`` record, theory.md section 3.7) every table and the figure show it beside the
+compute-unit rows, and ``verdicts_<name>.md`` adds each cell's update cost and mu in the
+unit C = an on-policy update of B rollouts.
+
 * ``verdicts_<name>``: one panel per mu, the probability that each (x, y) cell is best over
   the seed bootstrap (on-policy's in the title), each prediction's cell marked;
 * ``verdicts_<name>.md``: per mu, the best cell with its probability and, per prediction,
@@ -39,6 +44,20 @@ from figures.style import PALETTE, plt, save
 from replaytheory.io import atomic_write
 
 PRIMARY = "auc"
+# The verdicts the tables and the figure show: the primary measure over compute units and,
+# where the judge ran with --seconds, the same over measured seconds (theory.md section 3.7).
+SECONDS = "auc_seconds"
+SHOWN = (PRIMARY, SECONDS)
+
+
+def shown(records: list[dict]) -> list[dict]:
+    """The records of the measures shown (``SHOWN``), in the judge's order."""
+    return [r for r in records if r["measure"] in SHOWN]
+
+
+def _measures(records: list[dict]) -> str:
+    """The shown measures the records hold, as 'auc' or 'auc, auc_seconds'."""
+    return ", ".join(dict.fromkeys(r["measure"] for r in shown(records)))
 MARKERS = "os^vDP*X"
 
 
@@ -58,6 +77,8 @@ def mu_label(r: dict) -> str:
         return f"measured mu = {r['mu']:.3g}"
     if r["mu_source"] == "cell":
         return f"each cell's own mu (on-policy {r['mu']:.3g})"
+    if r["mu_source"] == "seconds":
+        return f"measured seconds (budget {r['budget']:.3g} s)"
     return f"accounting mu = {r['mu']:.3g}"
 
 
@@ -85,14 +106,15 @@ def table(records: list[dict], name: str) -> str:
     then, where the judge recorded them, the best horizon, the cells within the noise of the
     best and compute to target (``sceptic_tables``)."""
     seeds = records[0].get("seeds")
-    lines = [f"# Verdicts of {name} ({PRIMARY}, seeds {seeds if seeds else 'n/a'})", "",
+    lines = [f"# Verdicts of {name} ({_measures(records)}, seeds "
+             f"{seeds if seeds else 'n/a'})", "",
              "Regret: the share of the best cell's gain over the warm start that the "
              "predicted cell loses (median and 90% bootstrap interval over seeds); "
              "Spearman: predicted J against the measured score over the grid. A prediction "
              "as near two cells is judged at the worse and the other shown as tied.", "",
              "| mu | best cell (P) | gate | prediction | its cell | P(its cell best) | regret "
              "| Spearman |", "|---|---|---|---|---|---|---|---|"]
-    for r in (r for r in records if r["measure"] == PRIMARY):
+    for r in shown(records):
         p_best = {c["label"]: c["p_best"] for c in r["cells"]}
         head = (f"{mu_label(r)} | {r['best_cell']} "
                 f"({r['best_probability']:.2f}) | {r['gate_spearman']:.2f}")
@@ -108,7 +130,24 @@ def table(records: list[dict], name: str) -> str:
         if rule:
             lines.append(f"| {head} | (rule {RULE}) | {_cell(rule)} | "
                          f"{p_best.get(rule['cell'], 0.0):.2f} | {_fmt(rule['regret'])} | n/a |")
-    return "\n".join(lines) + "\n" + sceptic_tables(records)
+    return "\n".join(lines) + "\n" + cost_table(records) + sceptic_tables(records)
+
+
+def cost_table(records: list[dict]) -> str:
+    """Each cell's update cost and mu in the unit C (an on-policy update of B rollouts) and
+    its median run seconds, from the judge's seconds record ('' without one)."""
+    rec = next((r for r in records if r.get("costs")), None)
+    if rec is None:
+        return ""
+    c = rec["costs"]
+    lines = ["", f"## Cost per cell in the unit C = {c['unit']}", "",
+             f"C = {c['unit_seconds']:.4g} s (the median update of {c['unit_cell']}); "
+             "update cost: the cell's median seconds per update in C; mu: its seconds to "
+             "generate B rollouts in C (theory.md section 3.7).", "",
+             "| cell | update cost | mu | median run seconds |", "|---|---|---|---|"]
+    lines += [f"| {x['label']} | {x['update_cost']:.2f} | {x['mu']:.3g} | {x['seconds']:.3g} |"
+              for x in c["cells"]]
+    return "\n".join(lines) + "\n"
 
 
 RULE = "x=64, y=sqrt(mu)"  # the judge's name of issue 25's rule baseline (judge.RULE)
@@ -129,7 +168,7 @@ def _neighbours(h: dict) -> str:
 def sceptic_tables(records: list[dict]) -> str:
     """The primary measure's best horizon, cells within the noise of the best and compute to
     target, as markdown ('' for verdicts from before the judge recorded them)."""
-    recs = [r for r in records if r["measure"] == PRIMARY and "best_horizon" in r]
+    recs = [r for r in shown(records) if "best_horizon" in r]
     if not recs:
         return ""
     lines = ["", "## Best horizon, out of sample", "",
@@ -156,7 +195,8 @@ def sceptic_tables(records: list[dict]) -> str:
     if targets:
         lines += ["", "## Compute to target", "",
                   "Compute to first reach each accuracy, as a multiple of the fastest cell's in "
-                  "the same draws (median [90% interval]; inf: never reached).", "",
+                  "the same draws (median [90% interval]; inf: never reached); in seconds on "
+                  "the measured-seconds rows.", "",
                   "| mu | target | fastest cell (P) | compute ratio by cell |",
                   "|---|---|---|---|"]
     for r, t in targets:
@@ -178,7 +218,9 @@ def closing_table(named: dict[str, list[dict]]) -> str:
     the registered primary prediction and its regret, the regret of each baseline, the
     prediction's Spearman and the gate. A setting without a registered primary variant gets
     a row per prediction."""
-    lines = [f"# Best horizon, prediction and baselines per setting and mu ({PRIMARY})", "",
+    every = [r for records in named.values() for r in records]
+    lines = [f"# Best horizon, prediction and baselines per setting and mu "
+             f"({_measures(every)})", "",
              "Regret: share of the best cell's gain lost (median [90% interval], one bootstrap "
              "for all); neighbours: leave-one-seed-out differences of the best horizon to the "
              "adjacent ones (positive: the best horizon wins); n/a: not recorded.", "",
@@ -186,7 +228,7 @@ def closing_table(named: dict[str, list[dict]]) -> str:
              f"{RULE} | section 5 | Spearman | gate |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, records in named.items():
-        for r in (r for r in records if r["measure"] == PRIMARY):
+        for r in shown(records):
             h, base = r.get("best_horizon"), r.get("baselines") or {}
             horizon = f"x={h['horizon']:g} ({h['p_best']:.2f}) | {_neighbours(h)}" if h \
                 else "n/a | n/a"
@@ -317,7 +359,7 @@ def main_closing(named: dict[str, list[dict]], out=None) -> Path:
 
 def draw(records: list[dict], name: str):
     """The P(best) heatmaps of the primary measure, one panel per mu, predictions marked."""
-    recs = [r for r in records if r["measure"] == PRIMARY]
+    recs = shown(records)
     fig, axes = plt.subplots(1, len(recs), figsize=(3.2 * len(recs) + 1.5, 3.2), squeeze=False,
                              layout="constrained")
     for ax, r in zip(axes[0], recs):
@@ -347,7 +389,7 @@ def draw(records: list[dict], name: str):
     fig.legend(*axes[0][-1].get_legend_handles_labels(), loc="outside right upper",
                title="predicted")
     fig.colorbar(im, ax=axes[0].tolist(), label="P(best)", shrink=0.8, location="left")
-    fig.suptitle(f"{name}: probability that each cell is best ({PRIMARY})")
+    fig.suptitle(f"{name}: probability that each cell is best ({_measures(records)})")
     return fig
 
 

@@ -174,6 +174,13 @@ class RunConfig(_Section):
         with a static KV cache and each distinct prompt prefilled once, training with each
         distinct prompt of a batch computed once; same math, float32 rounding differs.
         false (with fast_kernels false): bitwise the computation of earlier versions.
+    train_layout: how the direct forward lays out an update's batch (``losses.LAYOUTS``):
+        "shared_prompts" (each distinct prompt once, its completions attending to it; cheap
+        for an on-policy batch of G rollouts a prompt, the earlier computation), "sequences"
+        (each row's prompt and completion in one forward; its cost does not depend on how
+        many distinct prompts the batch holds), "auto" (per batch, the one whose token count
+        is smaller, ``losses.choose_layout``: an on-policy batch keeps "shared_prompts",
+        bitwise; a batch drawn from a wide buffer takes "sequences", float32 rounding differs).
     """
 
     SECTION: ClassVar[str] = "run"
@@ -188,6 +195,7 @@ class RunConfig(_Section):
     cache_dir: str = _text("")
     fast_kernels: bool = _flag(True)
     direct_forward: bool = _flag(True)
+    train_layout: str = _choice("shared_prompts", _Owned("losses", "LAYOUTS"))
 
 
 @dataclass

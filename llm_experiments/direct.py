@@ -15,6 +15,10 @@ forward to float32 rounding (tests/llm/test_llm_direct.py).
   the batch, the completion segment attends to its row's prompt keys/values and to itself.
   Gradients flow through both segments (the prompt's share is summed over its rows), so
   the loss and its gradient are those of the full per-row forward.
+* ``sequence_logits`` (training, a batch of mostly distinct prompts): each row's prompt and
+  completion in one pass, the last layer only from the column that predicts the first
+  completion token. Sharing saves nothing when every row has its own prompt, and one pass
+  costs less than two (``run.train_layout``, ``benchmarks/update_cost.py``).
 """
 
 from __future__ import annotations
@@ -46,24 +50,32 @@ def _rotate(x, cos, sin):
     return x * cos[:, None] + rotated * sin[:, None]
 
 
-def run_layers(model, x, pos, attend):
-    """Final-normed hidden states (n, s, h) of tokens with embeddings x (n, s, h) at
-    positions pos (n, s). ``attend(layer, q, k, v)`` returns the attention output
-    (n, heads, s, d) of the rotated queries / keys and values of these tokens."""
+def run_layers(model, x, pos, attend, keep_from: int = 0):
+    """Final-normed hidden states (n, s - keep_from, h) of tokens with embeddings x (n, s, h)
+    at positions pos (n, s), from position ``keep_from`` (0 <= keep_from < s) on.
+    ``attend(layer, q, k, v)`` returns the attention output (n, heads, s', d) of the rotated
+    queries (s' of them) and the keys and values (all s) of these tokens.
+
+    With keep_from > 0 the last layer computes only keys and values at the positions before
+    ``keep_from`` (all a later token needs of them) and queries, attention, output projection
+    and MLP from ``keep_from`` on: the states returned are the same, the work of the last
+    layer's earlier positions is skipped."""
     base = model.model
     n, s, _ = x.shape
     cos, sin = base.rotary_emb(x, pos)
+    last = len(base.layers) - 1
     for i, layer in enumerate(base.layers):
         a = layer.self_attn
+        cut = keep_from if i == last else 0
         h = layer.input_layernorm(x)
-        q = a.q_proj(h).view(n, s, -1, a.head_dim)
+        q = a.q_proj(h[:, cut:] if cut else h).view(n, s - cut, -1, a.head_dim)
         k = a.k_proj(h).view(n, s, -1, a.head_dim)
         v = a.v_proj(h).view(n, s, -1, a.head_dim)
         if hasattr(a, "q_norm"):  # Qwen3: per-head norms before the rotation
             q, k = a.q_norm(q), a.k_norm(k)
-        o = attend(i, _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin),
-                   v.transpose(1, 2))
-        x = x + a.o_proj(o.transpose(1, 2).reshape(n, s, -1))
+        o = attend(i, _rotate(q.transpose(1, 2), cos[:, cut:], sin[:, cut:]),
+                   _rotate(k.transpose(1, 2), cos, sin), v.transpose(1, 2))
+        x = (x[:, cut:] if cut else x) + a.o_proj(o.transpose(1, 2).reshape(n, s - cut, -1))
         x = x + layer.mlp(layer.post_attention_layernorm(x))
     return base.norm(x)
 
@@ -212,3 +224,21 @@ def shared_prompt_hidden(model, batch):
     prompt_last, hidden = _shared_prompt_states(model, batch)
     first = prompt_last[batch.row][:, None]
     return first if hidden is None else torch.cat([first, hidden], 1)
+
+
+def sequence_hidden(model, batch):
+    """Final-normed hidden states (n, L, h) predicting each completion token of a
+    ``losses.SequenceBatch``: every row's prompt and completion in one forward (no prompt
+    shared between rows), the last layer only from the position that predicts completion
+    token 0 on (``run_layers``' ``keep_from``)."""
+    mask = batch.attention
+
+    def attend(i, q, k, v):
+        return _attention(model, q, k, v, mask[:, :, -q.shape[2]:])
+    return run_layers(model, model.model.embed_tokens(batch.input_ids), batch.positions, attend,
+                      keep_from=batch.first)
+
+
+def sequence_logits(model, batch):
+    """Logits (n, L, V) predicting each completion token of a ``losses.SequenceBatch``."""
+    return model.lm_head(sequence_hidden(model, batch))

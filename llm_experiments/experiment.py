@@ -34,8 +34,8 @@ from .direct import supports
 from .kernels import use_onednn_linear
 from .memory import ModelShape, budget_bytes, choose_micro_batch, logit_chunk
 from .gradients import clipped_mean_grad, flat_grad
-from .losses import (TokenBatch, batch_logprobs, collate, collate_prompts, group_advantages,
-                     loss_stats, policy_loss)
+from .losses import (SequenceBatch, TokenBatch, batch_logprobs, collate, collate_direct,
+                     group_advantages, loss_stats, policy_loss)
 from .metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
 from .models import (DTYPES, autocast, encode_prompt, load_policy, param_count,
                      weights_sha256)
@@ -95,7 +95,7 @@ class PolicyTrainer:
         tr = self.cfg.trainer
         if tr.micro_batch:
             return tr.micro_batch
-        width = batch.input_ids.shape[1] if isinstance(batch, TokenBatch) else \
+        width = batch.input_ids.shape[1] if isinstance(batch, (TokenBatch, SequenceBatch)) else \
             batch.prompt_ids.shape[1] + batch.targets.shape[1]
         return choose_micro_batch(self.shape, len(batch), width,
                                   budget_bytes(tr.memory_gb, self.device),
@@ -112,8 +112,9 @@ class PolicyTrainer:
         tr, temp = self.cfg.trainer, self.cfg.sampler.temperature
         self.model.train()
         t0 = time.perf_counter()
-        make = collate_prompts if self.direct and not tr.per_sample_clip else collate
-        batch = make(rollouts, self.tokenizer.pad_token_id, self.device)
+        pad = self.tokenizer.pad_token_id
+        batch = collate_direct(rollouts, self.cfg.run.train_layout, pad, self.device) \
+            if self.direct and not tr.per_sample_clip else collate(rollouts, pad, self.device)
         n = len(batch)
         self.opt.zero_grad(set_to_none=True)
         micro = self.micro_batch(batch)

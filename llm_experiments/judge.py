@@ -30,6 +30,14 @@ C(mu) = steps (1 + mu / y_max), the compute the cheapest cell spends in the run
 (``replaytheory.analysis.mean_over_budget``); ``target=a`` (lower is better): compute to
 first reach accuracy a.
 
+In measured seconds (``--seconds``, or ``"wall_clock": true`` in the registration; issue 27,
+theory.md section 3.7): one more record, ``measure`` "auc_seconds", ``mu_source``
+"seconds": mean accuracy over each run's own measured seconds (``seconds.RunCosts``) in
+[0, the cheapest cell's median run seconds] (``budget``, seconds), its predictions and rule
+judged at the measured mu, seconds to the two targets (``compute_to_target``, in seconds),
+and every cell's update cost and mu in the unit C = an on-policy update of B rollouts
+(``costs``, ``seconds.cell_costs``). The compute-unit records are unchanged.
+
 ``python -m llm_experiments.judge --curves results/cpu_sweep_v2/curves.jsonl
 --registration results/cpu_sweep_v2/preregistration.json --calibration
 results/cpu_sweep/calibration --out results/cpu_sweep_v2/validation.json``
@@ -46,7 +54,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from replaytheory import calibrate
-from replaytheory.analysis import best_option, mean_over_budget, split_half_spearman
+from replaytheory.analysis import (best_option, compute_to_target as curve_to_target,
+                                   mean_over_budget, split_half_spearman)
 from replaytheory.checks import choice
 from replaytheory.cli_input import (BadInput, Parser, existing_file, file_label, missing_field,
                                     one_line, output_file, read_json)
@@ -58,12 +67,14 @@ from replaytheory.verdicts import (TIE_RTOL, bootstrap_verdict, gate_distributio
 from .best_region import best_horizon, compute_to_target, default_targets, within_noise
 from .cells import kind, xy
 from .results import Run, by_cell, load_runs, same_warm_start
+from .seconds import cell_costs, seconds_at_evals, seconds_budget
 from .validation import HORIZON_VARIANTS, VARIANTS, load_probes, predict, smoothness
 
 # what ``Registration.load`` reads, for its error messages
 REGISTRATION = "a registration (predict's prediction.json or a preregistration.json)"
 MEASURED = "measured"
 CELL_MU = "cell"
+SECONDS = "seconds"  # the mu_source of the wall-clock record
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,8 @@ class Registration:
     # of the compute-to-target comparison beside AUC (empty: ``best_region.default_targets``)
     primary_variant: str | None = None
     compute_targets: tuple = ()
+    # Also judge in measured seconds (the "auc_seconds" record; ``--seconds`` sets it too)
+    wall_clock: bool = False
 
     def __post_init__(self):
         choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
@@ -119,7 +132,8 @@ class Registration:
                        float(d["gate"]["threshold"]), preds, d.get("extrapolate", "none"),
                        path, file_sha256(path), d.get("warm_start"),
                        primary_variant=d.get("primary_variant"),
-                       compute_targets=tuple(float(a) for a in d.get("compute_targets", ())))
+                       compute_targets=tuple(float(a) for a in d.get("compute_targets", ())),
+                       wall_clock=bool(d.get("wall_clock", False)))
         except KeyError as exc:
             raise missing_field(exc, path, flag, REGISTRATION) from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -415,12 +429,13 @@ def load_grid_runs(curves, loss: str) -> list[Run]:
 
 
 def judge(curves, reg: Registration, calibration_dir: str | None,
-          only_complete_seeds: bool = False) -> list[dict]:
+          only_complete_seeds: bool = False, wall_clock: bool = False) -> list[dict]:
     """All verdicts of a registered sweep: one record per (mu, measure); see the module
     docstring. ``curves``: a ``curves.jsonl`` path or a list of them (``load_grid_runs``).
     ``calibration_dir``: the probes the predictions came from (for the Spearman of
     each prediction's objective; None = no Spearman). ``only_complete_seeds``: judge only the
-    seeds that finished every run (``complete_seeds``), for an interim verdict."""
+    seeds that finished every run (``complete_seeds``), for an interim verdict.
+    ``wall_clock``: add the measured-seconds record (as ``reg.wall_clock`` does)."""
     runs = load_grid_runs(curves, reg.loss)
     read = [{"path": path, "sha256": file_sha256(path)}  # what provenance.py orders against
             for path in ([curves] if isinstance(curves, str) else curves)]
@@ -458,26 +473,49 @@ def judge(curves, reg: Registration, calibration_dir: str | None,
             table = grid.table(lambda r: m.score(r, mu_run(r)))
             rec = judge_one(grid, reg, m, table, pred_key, obj, baseline, mu)
             if m.name == "auc":
+                def to_target(r, a, f=mu_run):
+                    return r.compute_to_target(f(r), a)
                 rec["compute_to_target"] = compute_to_target(
-                    grid, rec, target_tables(grid, reg, rec, mu_run, baseline),
+                    grid, rec, target_tables(grid, reg, rec, to_target, baseline),
                     reg.draws, reg.rng_seed, reg.level)
             records.append({"mu": mu, "mu_source": key, "budget": budget(mu)
                             if m.name == "auc" else None, "seeds": grid.seeds,
                             "registration": {"path": reg.path, "sha256": reg.sha256},
                             "curves": read, **rec})
+    if wall_clock or reg.wall_clock:
+        records.append({"mu": mus[MEASURED], "mu_source": SECONDS, "seeds": grid.seeds,
+                        "registration": {"path": reg.path, "sha256": reg.sha256},
+                        "curves": read, **seconds_record(grid, reg, obj, baseline,
+                                                         mus[MEASURED])})
     return records
 
 
-def target_tables(grid: SweepGrid, reg: Registration, record: dict, mu_run,
+def seconds_record(grid: SweepGrid, reg: Registration, objective: dict, baseline: float,
+                   mu: float) -> dict:
+    """The verdict in measured seconds (see the module docstring): AUC over seconds in
+    [0, ``seconds.seconds_budget``], predictions and the rule at the measured ``mu``,
+    seconds to target, and the cells' costs in the unit C (``costs``)."""
+    budget = seconds_budget(grid)
+    m = Measure("auc_seconds", "max", lambda r, mu: mean_over_budget(
+        seconds_at_evals(r), r.eval["eval_accuracy"], budget))
+    rec = judge_one(grid, reg, m, grid.table(lambda r: m.score(r, mu)), MEASURED, objective,
+                    baseline, mu)
+    rec["compute_to_target"] = compute_to_target(
+        grid, rec, target_tables(grid, reg, rec, lambda r, a: curve_to_target(
+            seconds_at_evals(r), r.eval["eval_accuracy"], a, interpolate=True), baseline),
+        reg.draws, reg.rng_seed, reg.level)
+    return {"budget": budget, "budget_unit": "seconds", **rec, "costs": cell_costs(grid)}
+
+
+def target_tables(grid: SweepGrid, reg: Registration, record: dict, to_target,
                   warm_start: float) -> list:
-    """(target accuracy, (cells, lrs, seeds) compute to first reach it at ``mu_run(run)``)
-    pairs:
-    the registration's ``compute_targets``, else ``best_region.default_targets`` from the
-    AUC verdict ``record``'s best cell."""
+    """(target accuracy, (cells, lrs, seeds) ``to_target(run, accuracy)``: compute or seconds
+    to first reach it) pairs: the registration's ``compute_targets``, else
+    ``best_region.default_targets`` from the AUC verdict ``record``'s best cell."""
     best = grid.labels.index(record["best_cell"])
     lr = next(c["lr"] for c in record["cells"] if c["label"] == record["best_cell"])
     targets = reg.compute_targets or default_targets(grid, best, lr, warm_start)
-    return [(a, grid.table(lambda r, a=a: r.compute_to_target(mu_run(r), a))) for a in targets]
+    return [(a, grid.table(lambda r, a=a: to_target(r, a))) for a in targets]
 
 
 def main(argv=None) -> int:
@@ -492,10 +530,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=output_file, required=True, help="validation.json to write")
     p.add_argument("--complete-seeds", action="store_true", help="judge only the seeds that "
                    "finished every run (an interim verdict of a sweep still running)")
+    p.add_argument("--seconds", action="store_true", help="also judge over measured seconds "
+                   "(the auc_seconds record; theory.md section 3.7)")
     a = p.parse_args(argv)
     try:
         records = judge(a.curves, Registration.load(a.registration), a.calibration,
-                        only_complete_seeds=a.complete_seeds)
+                        only_complete_seeds=a.complete_seeds, wall_clock=a.seconds)
     except ValueError as exc:
         return p.report(exc)
     write_json(a.out, records)

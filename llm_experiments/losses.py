@@ -182,9 +182,82 @@ def collate_prompts(rollouts, pad_id: int, device="cpu") -> PromptBatch:
                        completion_pos=completion_pos, completion_attention=attention)
 
 
+@dataclass
+class SequenceBatch(_Rows):
+    """A batch of rollouts laid out for ``direct.sequence_logits``: each row's prompt,
+    left-padded to the longest (P columns), then its completion tokens 0..L-2 (they predict
+    tokens 1..L-1), in one sequence of W = P + L - 1 columns; no prompt is shared between rows.
+
+    input_ids, positions (n, W); attention (n, 1, W, W): causal over each row's real tokens
+    (a padding query sees itself only); first = P - 1: the column whose state predicts
+    completion token 0 (columns first..W-1 predict tokens 0..L-1).
+    """
+
+    input_ids: torch.Tensor = None
+    positions: torch.Tensor = None
+    attention: torch.Tensor = None
+    first: int = 0
+    SHARED: ClassVar[tuple] = ("first",)
+
+
+def collate_sequences(rollouts, pad_id: int, device="cpu") -> SequenceBatch:
+    """Build a ``SequenceBatch`` from ``buffer.Rollout`` records."""
+    from .direct import left_pad, prompt_mask
+    rows = _completion_rows(rollouts, pad_id, device)
+    ids, pmask, _ = left_pad([r.prompt.tolist() for r in rollouts], pad_id, device)
+    completion = rows["targets"][:, :-1]
+    ids = torch.cat([ids, completion], 1)
+    mask = torch.cat([pmask, torch.ones_like(completion)], 1)
+    return SequenceBatch(**rows, input_ids=ids, positions=(mask.cumsum(-1) - 1).clamp(min=0),
+                         attention=prompt_mask(mask), first=pmask.shape[1] - 1)
+
+
+# How the direct forward lays out a batch (``run.train_layout``).
+LAYOUTS = ("shared_prompts", "sequences", "auto")
+
+
+def layout_tokens(rollouts) -> dict:
+    """Tokens each layout puts through the model for a batch of ``buffer.Rollout`` records:
+    "shared_prompts" U P + n (L - 1) (U distinct prompts, P the longest prompt, L the longest
+    completion), "sequences" n (P + L - 1)."""
+    n = len(rollouts)
+    width = max(len(r.prompt) for r in rollouts)
+    length = max(len(r.completion) for r in rollouts)
+    distinct = len({r.prompt.tobytes() for r in rollouts})
+    return {"shared_prompts": distinct * width + n * (length - 1),
+            "sequences": n * (width + length - 1)}
+
+
+def choose_layout(rollouts, layout: str) -> str:
+    """The layout (one of ``LAYOUTS`` but "auto") of one batch: ``layout`` itself, or for
+    "auto" "sequences" when its token count is at most ``SEQUENCE_TOKEN_RATIO`` times that of
+    "shared_prompts" (its one pass costs less per token than the two passes of the shared
+    layout, ``benchmarks/update_cost.py``), else "shared_prompts"."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"run.train_layout must be one of {list(LAYOUTS)}, got {layout!r}")
+    if layout != "auto":
+        return layout
+    tokens = layout_tokens(rollouts)
+    return "sequences" if tokens["sequences"] <= SEQUENCE_TOKEN_RATIO * \
+        tokens["shared_prompts"] else "shared_prompts"
+
+
+# "auto" takes the sequence layout up to this many times the shared layout's tokens.
+SEQUENCE_TOKEN_RATIO = 1.0
+
+
+def collate_direct(rollouts, layout: str, pad_id: int, device="cpu"):
+    """A batch of ``buffer.Rollout`` records for the direct forward, in the layout
+    ``choose_layout(rollouts, layout)``: a ``PromptBatch`` or a ``SequenceBatch``."""
+    make = collate_sequences if choose_layout(rollouts, layout) == "sequences" else \
+        collate_prompts
+    return make(rollouts, pad_id, device)
+
+
 def batch_logprobs(model, batch, temperature: float, chunk: int = 0):
     """(log-probs, entropies) (n, L) of a batch's completion tokens under ``model``: through
-    ``direct.shared_prompt_logits`` for a ``PromptBatch``, else one full forward.
+    ``direct.shared_prompt_logits`` for a ``PromptBatch``, ``direct.sequence_logits`` for a
+    ``SequenceBatch``, else the model's own full forward.
 
     chunk: tokens whose logits are computed at once (``chunked_logprobs``; the model needs
     ``.model`` and ``.lm_head``, as transformers' causal LMs have); 0, or a chunk covering
@@ -195,6 +268,9 @@ def batch_logprobs(model, batch, temperature: float, chunk: int = 0):
     if isinstance(batch, PromptBatch):
         from .direct import shared_prompt_logits
         return target_logprobs(shared_prompt_logits(model, batch), batch.targets, temperature)
+    if isinstance(batch, SequenceBatch):
+        from .direct import sequence_logits
+        return target_logprobs(sequence_logits(model, batch), batch.targets, temperature)
     return token_logprobs(model(input_ids=batch.input_ids).logits, batch, temperature)
 
 
@@ -203,6 +279,9 @@ def batch_hidden(model, batch) -> torch.Tensor:
     if isinstance(batch, PromptBatch):
         from .direct import shared_prompt_hidden
         return shared_prompt_hidden(model, batch)
+    if isinstance(batch, SequenceBatch):
+        from .direct import sequence_hidden
+        return sequence_hidden(model, batch)
     hidden = model.model(input_ids=batch.input_ids).last_hidden_state
     return torch.gather(hidden, 1, batch.index[..., None].expand(-1, -1, hidden.shape[-1]))
 

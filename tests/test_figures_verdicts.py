@@ -195,3 +195,27 @@ def test_compute_to_target_rows_show_each_cells_ratio_to_the_fastest(tmp_path):
     assert row == (f"| {verdicts.mu_label(first)} | 0.6 | x=4, y=1 (0.70) | "
                    "on-policy 1.70 [1.20, 2.50], x=1, y=1 1.30 [1.10, inf], "
                    "x=4, y=2 inf [inf, inf] |")
+
+
+def test_tables_and_figure_show_the_seconds_verdict_beside_compute_units(tmp_path):
+    """A registration with "wall_clock": the seconds record gets its rows in every table,
+    its own heatmap panel, and the cost of each cell in the unit C."""
+    records = _records(tmp_path, wall_clock=True)
+    sec = records[-1]
+    assert sec["measure"] == verdicts.SECONDS
+    text = verdicts.table(records, "tiny")
+    head = text.split("\n## ")[0]
+    label = verdicts.mu_label(sec)
+    assert label.startswith("measured seconds (budget ")
+    assert any(row.startswith(f"| {label} | {sec['best_cell']} ") for row in head.splitlines())
+    assert "auc, auc_seconds" in head.splitlines()[0]
+    costs = _section(text, "Cost per cell in the unit C")
+    assert len(costs) == len(sec["costs"]["cells"])
+    assert any(row.startswith("| on-policy | 1.00 |") for row in costs)
+    assert any(row.startswith(f"| {label} ") for row in _section(text, "Best horizon, out of "
+                                                                       "sample"))
+    closing = verdicts.closing_table({"tiny": records})
+    assert sum(f"| {label} |" in row for row in closing.splitlines()) >= 1
+    fig = verdicts.draw(records, "tiny")
+    assert len([ax for ax in fig.axes if ax.images]) == len(verdicts.shown(records))
+    style.plt.close(fig)

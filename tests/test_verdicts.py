@@ -418,3 +418,41 @@ def test_the_target_validation_judges_a_tie_at_the_cell_needing_more_compute():
     cells[0].median = 100.0
     assert _nearest(cells, 2.0, 2.0)[0].label == "x=4.0"
     assert _nearest(cells, math.inf, 2.0) == (cells[2], [])
+
+
+def test_the_wall_clock_record_beside_unchanged_compute_records(tmp_path):
+    """--seconds adds one record: AUC over each run's measured seconds up to the cheapest
+    cell's median run, and each cell's update cost and mu in the unit of an on-policy
+    update; the compute-unit records stay as they were."""
+    from llm_experiments.judge import SweepGrid, judge, load_grid_runs
+    reg = _registration(tmp_path, {"asymptotic": {"2.0": [4, 2], "0.5": [4, 2]}})
+    plain = judge(FIXTURE, reg, None)
+    timed = judge(FIXTURE, reg, None, wall_clock=True)
+    assert timed[:-1] == plain
+    rec = timed[-1]
+    assert (rec["mu_source"], rec["measure"], rec["budget_unit"]) == (
+        "seconds", "auc_seconds", "seconds")
+    grid = SweepGrid.of(load_grid_runs(FIXTURE, "grpo"))
+
+    def median(rs, f):
+        return float(np.median([f(r.summary) for r in rs]))
+    cells = [grid.runs[c] for c in grid.cells]  # in the order of rec["costs"]["cells"]
+    # a run's seconds are its two clocks: every update and every rollout it made
+    assert rec["budget"] == pytest.approx(min(median(rs, lambda s: s["steps"] * (
+        s["train_seconds_per_step"] + s["gen_seconds_per_step"])) for rs in cells))
+    unit = median(cells[grid.on_policy], lambda s: s["train_seconds_per_step"])
+    costs = rec["costs"]["cells"]
+    assert rec["costs"]["unit_seconds"] == pytest.approx(unit)
+    assert costs[grid.on_policy]["update_cost"] == pytest.approx(1.0)
+    for rs, cost in zip(cells, costs, strict=True):
+        assert cost["update_cost"] == pytest.approx(
+            median(rs, lambda s: s["train_seconds_per_step"]) / unit)
+        assert cost["mu"] == pytest.approx(median(rs, lambda s: s[
+            "gen_seconds_per_step"] * s["steps"] / s["samples_generated"]) * 16 / unit)
+    assert all(0.0 <= c["score"] <= 1.0 for c in rec["cells"])
+    assert rec["predictions"]["asymptotic"]["cell"] == "x=4, y=2"
+    # seconds to target: within the slowest run's seconds where reached
+    longest = max(s * u for s, u in ((r.summary["steps"], r.summary["train_seconds_per_step"]
+                                      + r.summary["gen_seconds_per_step"])
+                                     for rs in cells for r in rs))
+    assert all(0 < t["fastest_compute"] <= longest for t in rec["compute_to_target"])

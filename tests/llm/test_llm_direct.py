@@ -11,8 +11,9 @@ from llm_helpers import tiny_policy
 from llm_experiments.buffer import Rollout
 from llm_experiments.direct import supports
 from llm_experiments.kernels import default_linear, onednn_available, use_onednn_linear
-from llm_experiments.losses import (batch_logprobs, collate, collate_prompts, policy_loss,
-                                    token_logprobs)
+from llm_experiments.losses import (PromptBatch, SequenceBatch, batch_logprobs, choose_layout,
+                                    collate, collate_direct, collate_prompts, collate_sequences,
+                                    layout_tokens, policy_loss, token_logprobs)
 from llm_experiments.samplers.hf import HFSampler
 
 
@@ -54,6 +55,52 @@ def test_shared_prompt_loss_and_gradient_match_full_forward(policy):
     part = shared.rows(slice(5, 9))
     torch.testing.assert_close(batch_logprobs(model, part, 0.8)[0], logp[5:9], atol=1e-6,
                                rtol=0)
+
+
+def distinct_rollouts(tok, rng, n=12):
+    """``n`` rollouts, each with its own prompt (a batch drawn from a wide buffer)."""
+    return rollouts(tok, rng, groups=n, g=1)
+
+
+def test_sequence_layout_loss_and_gradient_match_full_forward(policy):
+    model, tok = policy
+    rs = distinct_rollouts(tok, np.random.default_rng(2))
+    full, seq = collate(rs, tok.pad_token_id), collate_sequences(rs, tok.pad_token_id)
+    out = {}
+    for name, batch in (("full", full), ("seq", seq)):
+        model.zero_grad()
+        logp, ent = batch_logprobs(model, batch, 0.8)
+        policy_loss(logp, batch).mean().backward()
+        out[name] = (logp.detach() * batch.mask, ent.detach()[batch.mask],
+                     torch.cat([p.grad.flatten() for p in model.parameters()]))
+    for a, b in zip(out["seq"], out["full"]):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+    # micro-batches slice the rows; the chunked head (batch_hidden) gives the same log-probs
+    part = seq.rows(slice(3, 7))
+    assert part.first == seq.first and part.input_ids.shape[0] == 4
+    torch.testing.assert_close(batch_logprobs(model, part, 0.8)[0] * part.mask,
+                               out["seq"][0][3:7], atol=1e-6, rtol=0)
+    torch.testing.assert_close(batch_logprobs(model, seq, 0.8, chunk=5)[0] * seq.mask,
+                               out["seq"][0], atol=1e-6, rtol=0)
+
+
+def test_layout_choice_keeps_grouped_batches_and_takes_sequences_for_distinct_prompts(policy):
+    model, tok = policy
+    grouped = rollouts(tok, np.random.default_rng(3), groups=2, g=8)
+    distinct = distinct_rollouts(tok, np.random.default_rng(3), n=16)
+    assert choose_layout(grouped, "auto") == "shared_prompts"
+    assert choose_layout(distinct, "auto") == "sequences"
+    assert choose_layout(distinct, "shared_prompts") == "shared_prompts"
+    tokens = layout_tokens(distinct)
+    assert tokens["sequences"] <= tokens["shared_prompts"]
+    # "auto" on a grouped batch is the shared layout, bitwise
+    auto, shared = (collate_direct(grouped, layout, tok.pad_token_id)
+                    for layout in ("auto", "shared_prompts"))
+    assert isinstance(auto, PromptBatch) and isinstance(
+        collate_direct(distinct, "auto", tok.pad_token_id), SequenceBatch)
+    assert torch.equal(batch_logprobs(model, auto, 1.0)[0], batch_logprobs(model, shared, 1.0)[0])
+    with pytest.raises(ValueError, match="run.train_layout must be one of"):
+        choose_layout(grouped, "packed")
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0])

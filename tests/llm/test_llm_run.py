@@ -257,6 +257,20 @@ def test_micro_batches_do_not_change_the_update(fresh_batch, tmp_path):
     assert parts[1] == pytest.approx(whole[1], rel=1e-5, abs=1e-7)
 
 
+def test_train_layouts_give_the_same_update(fresh_batch, tmp_path):
+    """run.train_layout: "auto" keeps a grouped (on-policy) batch on the shared-prompt layout,
+    bitwise; on a batch of distinct prompts it takes the sequence layout, whose update equals
+    the shared layout's to float32 rounding."""
+    default = _trainer(tmp_path / "default")
+    auto = _trainer(tmp_path / "auto", "run.train_layout=auto")
+    grouped = _update(default, fresh_batch)
+    assert all(np.array_equal(a, b) for a, b in zip(grouped, _update(auto, fresh_batch)))
+    distinct = fresh_batch[::4]  # one rollout of each group
+    shared, seq = _update(default, distinct), _update(auto, distinct)
+    np.testing.assert_allclose(seq[0], shared[0], rtol=1e-4, atol=1e-6)
+    assert seq[1] == pytest.approx(shared[1], rel=1e-5, abs=1e-7)
+
+
 def test_losses_differ_where_they_should(fresh_batch, tmp_path):
     """On rollouts of the current weights (ratio 1) the GRPO variants share one gradient and
     AsymRE (summed, not averaged, over tokens) has another; once the behaviour log-probs are
