@@ -136,3 +136,36 @@ def test_onednn_linear_forward_and_gradients(policy):
     with default_linear(fast):
         assert not any(type(m).__name__ == "OneDNNLinear" for m in fast.modules())
     assert any(type(m).__name__ == "OneDNNLinear" for m in fast.modules())
+
+
+def _family(name: str, vocab: int):
+    """A random tiny model of each family ``supports`` drives (issue 29: a transformers
+    upgrade that changes one of them must fail here, not silently)."""
+    import transformers
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = {"qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config,
+           "llama": transformers.LlamaConfig}[name](**common)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama"])
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 2e-5), (torch.bfloat16, 0.1)])
+def test_direct_forward_equals_the_models_own_forward(policy, family, dtype, atol):
+    """Log-probs and entropies of the shared-prompt and sequence layouts (direct.py) against
+    the model's own forward, per supported family, in float32 and bfloat16."""
+    _, tok = policy
+    model = _family(family, len(tok)).to(dtype)
+    assert supports(model)
+    rs = rollouts(tok, np.random.default_rng(3))
+    full = collate(rs, tok.pad_token_id)
+    with torch.no_grad():
+        own = token_logprobs(model(input_ids=full.input_ids).logits.float(), full, 0.9)
+        for direct in (collate_prompts(rs, tok.pad_token_id),
+                       collate_sequences(rs, tok.pad_token_id)):
+            logp, ent = batch_logprobs(model, direct, 0.9)
+            torch.testing.assert_close(logp.float() * direct.mask, own[0] * full.mask,
+                                       atol=atol, rtol=0)
+            torch.testing.assert_close(ent.float()[direct.mask], own[1][full.mask],
+                                       atol=atol * 5, rtol=0)
