@@ -656,6 +656,9 @@ def check_resolved(cfg: Config) -> None:
                          f"the trainer scores the full softmax, so a fresh sample's importance "
                          f"ratio would be below 1; allowed: sampler.top_p=1, or "
                          f"trainer.loss=asymre (no ratio) with any top_p in (0, 1]")
+    if cfg.probe.panel_groups and cfg.schedule.engine != "emulated":
+        raise ValueError(f"probe.panel_groups > 0 (long-range panels) runs on "
+                         f"schedule.engine=emulated only, got {cfg.schedule.engine}")
     if cfg.probe.panel_groups and loss not in _Owned("losses", "RATIO_LOSSES"):
         raise ValueError(f"probe.panel_groups > 0 needs a trainer.loss with an importance "
                          f"ratio, one of {list(_Owned('losses', 'RATIO_LOSSES'))}; got "

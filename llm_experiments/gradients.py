@@ -89,3 +89,14 @@ def flat_params(model) -> torch.Tensor:
     """The model's trainable parameters flattened, detached, float32 (a copy)."""
     return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()
                       if p.requires_grad])
+
+
+def sq_norm(x: torch.Tensor) -> float:
+    """||x||^2 of a flat vector, summed in float64."""
+    return float(torch.dot(x.double(), x.double()))
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Cosine of two flat vectors in float64; 0 when either is zero."""
+    na, nb = a.double().norm(), b.double().norm()
+    return float(torch.dot(a.double(), b.double()) / (na * nb)) if na > 0 and nb > 0 else 0.0

@@ -29,14 +29,12 @@ import torch
 
 from replaytheory.probes import UNIT_GROUP, UNIT_SEQUENCE
 
+from .gradients import cosine, sq_norm
 from .losses import collate, loss_stats, token_logprobs
 from .seeds import PANEL_STREAM, derived_seed
 
 METHOD_PANEL = 2  # ``bias.method`` of panel rows (0 buffer, 1 common random numbers)
 
-
-def _sq(x: torch.Tensor) -> float:
-    return float(torch.dot(x.double(), x.double()))
 
 
 def pair_means(eps: torch.Tensor, group: np.ndarray) -> tuple[float, float]:
@@ -123,7 +121,7 @@ class PanelProbe:
             mates[i] = False
             pr.rows["panel"].append({
                 **base, "unit": UNIT_SEQUENCE, "group": float(group[i]),
-                "sq_noise": _sq(eps[i]), "sq_birth": _sq(then[i]), "inner_birth": cross[i, i],
+                "sq_noise": sq_norm(eps[i]), "sq_birth": sq_norm(then[i]), "inner_birth": cross[i, i],
                 "inner_mates": float(cross[i, mates].sum()), "n_mates": int(mates.sum()),
                 **kept[i]})
         labels = sorted(set(group.tolist()))
@@ -134,8 +132,8 @@ class PanelProbe:
             group_eps.append(ge)
             group_then.append(gt)
             pr.rows["panel"].append({
-                **base, "unit": UNIT_GROUP, "group": float(gid), "sq_noise": _sq(ge),
-                "sq_birth": _sq(gt), "inner_birth": float(torch.dot(ge.double(), gt.double())),
+                **base, "unit": UNIT_GROUP, "group": float(gid), "sq_noise": sq_norm(ge),
+                "sq_birth": sq_norm(gt), "inner_birth": float(torch.dot(ge.double(), gt.double())),
                 "inner_mates": 0.0, "n_mates": 0,
                 **self._kept_row(now[rows].mean(0), unclipped[rows].mean(0),
                                  np.mean([k["clip_fraction"] for k, r in zip(kept, rows) if r]),
@@ -143,15 +141,15 @@ class PanelProbe:
         within, across = pair_means(eps, group)
         pr.rows["diversity"].append({
             **base, "n_groups": len(labels), "group_size": len(rollouts) / len(labels),
-            "mean_sq": float(np.mean([_sq(e) for e in eps])), "within_inner": within,
+            "mean_sq": float(np.mean([sq_norm(e) for e in eps])), "within_inner": within,
             "across_inner": across})
         stacked = torch.stack(group_eps)
         m = stacked.mean(0)
         pr.rows["bias"].append({
             "probe_step": step, "staleness": step - birth,
             "drift": pr.drift(ref.theta, birth), "n_samples": len(labels),
-            "mean_sq": _sq(m), "noise_sq": float(np.mean([_sq(e) for e in stacked])),
-            "grad_sq": ref.grad_sq, "cos_grad": _cos(m, ref.g_ref),
+            "mean_sq": sq_norm(m), "noise_sq": float(np.mean([sq_norm(e) for e in stacked])),
+            "grad_sq": ref.grad_sq, "cos_grad": cosine(m, ref.g_ref),
             "ref_sq_error": ref.ref_err, "unit": UNIT_GROUP, "method": METHOD_PANEL,
             "indep_noise_sq": 0.0})
 
@@ -174,12 +172,8 @@ class PanelProbe:
 
     @staticmethod
     def _kept_row(kept, full, clip, is_weight) -> dict:
-        sq_full = _sq(full)
+        sq_full = sq_norm(full)
         share = float(torch.dot(kept.double(), full.double())) / sq_full if sq_full else 1.0
         return {"contribution": share, "sq_unclip": sq_full, "clip_fraction": float(clip),
                 "is_weight": float(is_weight)}
 
-
-def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
-    na, nb = a.double().norm(), b.double().norm()
-    return float(torch.dot(a.double(), b.double()) / (na * nb)) if na > 0 and nb > 0 else 0.0

@@ -64,7 +64,7 @@ from replaytheory.probes import SCHEMA, UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
 
 from .buffer import HeldRollouts, Rollout
 from .config import Config
-from .gradients import flat_params, per_sample_grads
+from .gradients import cosine, flat_params, per_sample_grads, sq_norm
 from .losses import collate, loss_stats, policy_loss, token_logprobs
 from .panel import PanelProbe
 from .samplers import Generation, WeightUpdate
@@ -80,13 +80,6 @@ SOURCE_BUFFER, SOURCE_FRESH = 0, 1
 METHOD_BUFFER, METHOD_CRN = 0, 1
 
 
-def _sq(x: torch.Tensor) -> float:
-    return float(torch.dot(x.double(), x.double()))
-
-
-def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
-    na, nb = a.double().norm(), b.double().norm()
-    return float(torch.dot(a.double(), b.double()) / (na * nb)) if na > 0 and nb > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -305,10 +298,10 @@ class Prober:
         half = p.fresh_groups // 2
         g1, g2 = fresh_g[:half].mean(0), fresh_g[half:].mean(0)
         g_ref = (g1 + g2) / 2
-        diff_sq = _sq(g1 - g2)
+        diff_sq = sq_norm(g1 - g2)
         return Reference(theta=theta, problems=problems, uniforms=uniforms, fresh=fresh,
                          fresh_g=fresh_g, g2=g2, g_ref=g_ref, ref_err=diff_sq / 4,
-                         half_err=diff_sq / 2, grad_sq=_sq(g_ref))
+                         half_err=diff_sq / 2, grad_sq=sq_norm(g_ref))
 
     def probe(self, step: int) -> None:
         """Measure noise, coupling and bias at the current weights (trainer step ``step``)."""
@@ -322,7 +315,7 @@ class Prober:
             self._smooth = (grad_sq, 0.0, 0.0)
         else:
             prev_g, prev_err, prev_theta = self._prev
-            self._smooth = (grad_sq, _sq(g_ref - prev_g) - ref_err - prev_err,
+            self._smooth = (grad_sq, sq_norm(g_ref - prev_g) - ref_err - prev_err,
                             float((theta - prev_theta).double().norm()))
         self._prev = (g_ref.detach().cpu().clone(), ref_err, theta.detach().cpu().clone())
 
@@ -330,9 +323,9 @@ class Prober:
         for gi in range(p.fresh_noise_groups):
             seq = self.seq_grads(ref.fresh[gi])
             for row in seq:
-                self._noise(step, 0, 0.0, _sq(row - ref.g2), ref.half_err, UNIT_SEQUENCE,
+                self._noise(step, 0, 0.0, sq_norm(row - ref.g2), ref.half_err, UNIT_SEQUENCE,
                             SOURCE_FRESH, step, 0)
-            self._noise(step, 0, 0.0, _sq(seq.mean(0) - ref.g2), ref.half_err, UNIT_GROUP,
+            self._noise(step, 0, 0.0, sq_norm(seq.mean(0) - ref.g2), ref.half_err, UNIT_GROUP,
                         SOURCE_FRESH, step, 0)
 
         buffer_seq_sq = self._buffer_samples(step, theta, g_ref, ref_err, grad_sq)
@@ -380,12 +373,12 @@ class Prober:
             if p.contribution:
                 self._contribution(step, rs, grads, uses)
             for row, u in zip(eps, uses):
-                sq = _sq(row)
+                sq = sq_norm(row)
                 seq_sq.append(sq)
                 self._noise(step, step - version, drift, sq, ref_err, UNIT_SEQUENCE,
                             SOURCE_BUFFER, insert[gid], int(u))
             ge = eps.mean(0)
-            self._noise(step, step - version, drift, _sq(ge), ref_err, UNIT_GROUP,
+            self._noise(step, step - version, drift, sq_norm(ge), ref_err, UNIT_GROUP,
                         SOURCE_BUFFER, insert[gid], float(np.mean(uses)))
             seq_eps.append(eps)
             seq_group += [gid] * len(rs)
@@ -410,9 +403,9 @@ class Prober:
             m = G[idx].mean(0)
             self.rows["bias"].append({
                 "probe_step": step, "staleness": s, "drift": meta["drift"][idx[0]],
-                "n_samples": len(idx), "mean_sq": _sq(m),
-                "noise_sq": float(np.mean([_sq(G[i]) for i in idx])), "grad_sq": grad_sq,
-                "cos_grad": _cos(m, g_ref), "ref_sq_error": ref_err, "unit": UNIT_GROUP,
+                "n_samples": len(idx), "mean_sq": sq_norm(m),
+                "noise_sq": float(np.mean([sq_norm(G[i]) for i in idx])), "grad_sq": grad_sq,
+                "cos_grad": cosine(m, g_ref), "ref_sq_error": ref_err, "unit": UNIT_GROUP,
                 "method": METHOD_BUFFER, "indep_noise_sq": 0.0})
         return seq_sq
 
@@ -438,7 +431,7 @@ class Prober:
                 self.rows["reuse"].append({
                     "probe_step": step, "gap": step - then, "staleness": step - version,
                     "uses": u, "inner": float(torch.dot(now.double(), before.double())),
-                    "sq_now": _sq(now), "sq_then": _sq(before), "unit": unit})
+                    "sq_now": sq_norm(now), "sq_then": sq_norm(before), "unit": unit})
 
     def _contribution(self, step, rollouts, grads, uses) -> None:
         """``contribution`` rows of one probed group (per sequence, and the group): clip
@@ -461,7 +454,7 @@ class Prober:
             clip = loss_stats(logp[rows], entropy[rows], sub, kw["clip_low"],
                               kw["clip_high"])["clip_fraction"]
             ratio = torch.exp(logp[rows] - sub.old_logp)[sub.mask]
-            sq_full = _sq(full)
+            sq_full = sq_norm(full)
             share = float(torch.dot(kept.double(), full.double())) / sq_full if sq_full else 1.0
             self.rows["contribution"].append({
                 "probe_step": step, "staleness": step - rollouts[0].version, "uses": u,
@@ -504,11 +497,11 @@ class Prober:
             unpaired = old_g - fresh_g.roll(1, 0) if n > 1 else d
             self.rows["bias"].append({
                 "probe_step": step, "staleness": s, "drift": self.drift(theta, version),
-                "n_samples": n, "mean_sq": _sq(m),
-                "noise_sq": float(np.mean([_sq(x) for x in d])), "grad_sq": grad_sq,
-                "cos_grad": _cos(m, g_ref), "ref_sq_error": 0.0, "unit": UNIT_GROUP,
+                "n_samples": n, "mean_sq": sq_norm(m),
+                "noise_sq": float(np.mean([sq_norm(x) for x in d])), "grad_sq": grad_sq,
+                "cos_grad": cosine(m, g_ref), "ref_sq_error": 0.0, "unit": UNIT_GROUP,
                 "method": METHOD_CRN,
-                "indep_noise_sq": float(np.mean([_sq(x) for x in unpaired]))})
+                "indep_noise_sq": float(np.mean([sq_norm(x) for x in unpaired]))})
 
     def add_minibatch(self, step: int, grad: torch.Tensor) -> None:
         """Minibatch noise of the training batch of ``step`` against this probe's g_ref."""
@@ -516,6 +509,6 @@ class Prober:
         self.rows["minibatch"].append({
             "probe_step": step, "batch_size": self.cfg.schedule.batch_size,
             "buffer_size": self.run.buffer_capacity,
-            "sq_error": _sq(grad.to(g_ref.device) - g_ref), "ref_sq_error": ref_err,
+            "sq_error": sq_norm(grad.to(g_ref.device) - g_ref), "ref_sq_error": ref_err,
             "sigma_bar2": sigma_bar2, "grad_sq": self._smooth[0],
             "grad_change_sq": self._smooth[1], "drift_prev": self._smooth[2]})

@@ -71,3 +71,12 @@ def test_panels_leave_the_run_unchanged(panel_run, tmp_path):
         return [{k: v for k, v in r.items() if k not in TIMING_KEYS}
                 for r in read_jsonl(os.path.join(path, "metrics.jsonl"))]
     assert strip(out) == strip(plain)
+
+
+def test_panel_config_ranges():
+    with pytest.raises(ValueError, match="probe.panel_groups"):
+        small_config("probe.panel_groups=2", "trainer.loss=asymre")
+    with pytest.raises(ValueError, match="schedule.engine=emulated"):
+        small_config("probe.panel_groups=2", "schedule.engine=ray", "schedule.mode=async")
+    with pytest.raises(ValueError, match=r"probe.panel_gaps\[0\]"):
+        small_config("probe.panel_gaps=[0]")

@@ -78,8 +78,10 @@ def test_predict_writes_a_registration_that_brackets_every_prediction(tmp_path):
     with pytest.raises(ValueError, match="another policy than the registration's calibration"):
         judge(str(committed), Registration.load(str(tmp_path / "p" / "prediction_foreign.json")),
               None)
-    assert main(["--prediction", str(tmp_path / "p" / "prediction.json"), "--out",
-                 str(tmp_path / "v"), "--seeds", "1"]) == 2
+    with pytest.raises(SystemExit) as refused:  # the gate needs two halves of the seeds
+        main(["--prediction", str(tmp_path / "p" / "prediction.json"), "--out",
+              str(tmp_path / "v"), "--seeds", "1"])
+    assert refused.value.code == 2
 
 
 def test_predict_names_the_variants_capped_by_the_measured_staleness():
