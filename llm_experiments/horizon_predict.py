@@ -60,24 +60,6 @@ def supported_terms(fit: PanelFit) -> dict:
     return out
 
 
-def model_terms(fit: PanelFit, supported: dict, length: int) -> hz.HorizonTerms:
-    """The horizon model with the unsupported terms switched off (``horizon.ablate``)."""
-    terms = hz.terms_from_fit(fit, worth="kept", length=length)
-    for term, (ok, _) in supported.items():
-        if not ok:
-            terms = hz.ablate(terms, term)
-    return terms
-
-
-def section5_terms(terms: hz.HorizonTerms) -> hz.HorizonTerms:
-    """Section 5's J with the panels' noise table: every section-11 term switched off
-    (single-rollout groups, no correlation across steps, every sample worth a fresh one)."""
-    zero = np.zeros(terms.length)
-    return hz.HorizonTerms(sigma2=terms.sigma2, corr=zero, corr_mate=zero, within=zero,
-                           worth=np.ones(terms.length), group_size=1,
-                           measured_gap=terms.measured_gap)
-
-
 def predictions(terms: hz.HorizonTerms, mus: dict, max_horizon: int) -> dict:
     """mu key -> {"design": HorizonDesign dict, "ablations": {term: x* without it},
     "section5": section 5's optimum with the same noise table}."""
@@ -87,7 +69,7 @@ def predictions(terms: hz.HorizonTerms, mus: dict, max_horizon: int) -> dict:
         ablations = {t: hz.optimal_design(hz.ablate(terms, t), mu=mu,
                                           max_horizon=max_horizon).horizon
                      for t in hz.ABLATIONS}
-        plain = hz.optimal_design(section5_terms(terms), mu=mu, max_horizon=max_horizon)
+        plain = hz.optimal_design(hz.section5_terms(terms), mu=mu, max_horizon=max_horizon)
         out[key] = {"design": design.to_dict(), "ablations": ablations,
                     "section5": plain.to_dict()}
     return out
@@ -123,7 +105,8 @@ def register(name: str, config: str, overrides: dict, run_dirs: list[str], *, ho
     cfg = load_config(config, [f"{k}={v}" for k, v in overrides.items()])
     supported = supported_terms(fit)
     longest = int(max(horizons))
-    terms = model_terms(fit, supported, length=max(longest, int(max(fit.corr.gaps)) + 1))
+    used = {t: ok for t, (ok, _) in supported.items()}
+    terms = hz.model_terms(fit, used, length=max(longest, int(max(fit.corr.gaps)) + 1))
     mu = panel_mu(run_dirs)
     mus = {MU_KEY_DIGITS.format(mu): mu, **{f"{m:g}": m for m in ACCOUNTING_MUS}}
     preds = predictions(terms, mus, longest)

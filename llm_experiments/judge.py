@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replaytheory import calibrate
+from replaytheory import horizon as hz
 from replaytheory.analysis import (best_option, compute_to_target as curve_to_target,
                                    mean_over_budget, split_half_spearman)
 from replaytheory.checks import choice
@@ -108,6 +109,9 @@ class Registration:
     compute_targets: tuple = ()
     # Also judge in measured seconds (the "auc_seconds" record; ``--seconds`` sets it too)
     wall_clock: bool = False
+    # A horizon-model registration's record (``horizon_predict``): its J per cell comes from
+    # the panel fit it holds, not from a calibration folder
+    horizon_model: dict | None = None
 
     def __post_init__(self):
         choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
@@ -133,7 +137,8 @@ class Registration:
                        path, file_sha256(path), d.get("warm_start"),
                        primary_variant=d.get("primary_variant"),
                        compute_targets=tuple(float(a) for a in d.get("compute_targets", ())),
-                       wall_clock=bool(d.get("wall_clock", False)))
+                       wall_clock=bool(d.get("wall_clock", False)),
+                       horizon_model=d.get("horizon_model"))
         except KeyError as exc:
             raise missing_field(exc, path, flag, REGISTRATION) from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -272,6 +277,23 @@ def objectives(reg: Registration, grid: SweepGrid, calibration_dir: str, mus: di
                            budget=reg.steps * (1 + mu), big_l=big_l, f0=f0,
                            extrapolate=reg.extrapolate)
             out[variant][key] = np.array([float(pred.objective(a, b)) for a, b in zip(x, y)])
+    return out
+
+
+def horizon_objectives(reg: Registration, grid: SweepGrid, mus: dict) -> dict:
+    """readout -> mu key -> (cells,) J of a horizon-model registration (theory.md 11.5) at
+    each cell: "horizon" and "horizon_vs_on_policy" from its model, "asymptotic" from section
+    5's J with the same noise table; the on-policy cell as on-policy training."""
+    terms, plain = hz.registered_terms(reg.horizon_model, int(max(grid.horizons)))
+    on = grid.on_policy if grid.on_policy >= 0 else None
+    x = np.where(np.arange(len(grid.cells)) == grid.on_policy, 1.0, grid.horizons)
+    y = np.where(np.arange(len(grid.cells)) == grid.on_policy, 1.0, grid.ratios)
+    out = {}
+    for variant, model in (("horizon", terms), ("horizon_vs_on_policy", terms),
+                           ("asymptotic", plain)):
+        if variant in reg.predictions:
+            out[variant] = {key: hz.objective_at_cells(model, x, y, mu=mu, on_policy_cell=on)
+                            for key, mu in mus.items()}
     return out
 
 
@@ -459,6 +481,8 @@ def judge(curves, reg: Registration, calibration_dir: str | None,
     mus = {MEASURED: float(np.median([r.summary["mu_measured"] for r in onp])),
            **{f"{m:g}": m for m in reg.accounting_mus}}
     obj = objectives(reg, grid, calibration_dir, mus) if calibration_dir else {}
+    if reg.horizon_model is not None:
+        obj.update(horizon_objectives(reg, grid, mus))
     baseline = float(np.median([r.eval["eval_accuracy"][0] for r in runs]))
     cell_mu = grid.mu_of_cell()
 

@@ -229,3 +229,47 @@ def ablate(terms: HorizonTerms, term: str) -> HorizonTerms:
     if term == "worth":
         return replace(terms, worth=np.ones(terms.length), per_use=0.0)
     return replace(terms, sigma2=np.full(terms.length, terms.sigma2[0]))
+
+
+def model_terms(fit: PanelFit, used: dict, length: int) -> HorizonTerms:
+    """The horizon model of a ``PanelFit`` with the terms ``used`` ({term: bool}, the
+    mechanisms the probes support, section 11.6) on and the others switched off."""
+    terms = terms_from_fit(fit, worth="kept", length=length)
+    for term, on in used.items():
+        if not on:
+            terms = ablate(terms, term)
+    return terms
+
+
+def section5_terms(terms: HorizonTerms) -> HorizonTerms:
+    """Section 5's J with the same noise table: every section-11 term switched off
+    (single-rollout groups, no correlation across steps, every sample worth a fresh one)."""
+    zero = np.zeros(terms.length)
+    return HorizonTerms(sigma2=terms.sigma2, corr=zero, corr_mate=zero, within=zero,
+                        worth=np.ones(terms.length), group_size=1,
+                        measured_gap=terms.measured_gap)
+
+
+def objective_at_cells(terms: HorizonTerms, horizons, ratios, *, mu: float,
+                       on_policy_cell: int | None = None) -> np.ndarray:
+    """J at grid cells (x whole, 1 <= x <= terms.length; y > 0), the on-policy cell (index,
+    or None) scored as on-policy training (``on_policy``); section 11.5."""
+    x = np.asarray(horizons, dtype=float)
+    y = np.asarray(ratios, dtype=float)
+    out = np.empty(x.shape)
+    rest = np.ones(x.shape, bool)
+    if on_policy_cell is not None:
+        out[on_policy_cell] = on_policy(terms, mu=mu)
+        rest[on_policy_cell] = False
+    out[rest] = objective(terms, x[rest], y[rest], mu=mu)
+    return out
+
+
+def registered_terms(horizon_model: dict, length: int) -> tuple:
+    """(the horizon model, section 5's) of a registration's ``horizon_model`` record
+    (``llm_experiments.horizon_predict``), rebuilt from the panel fit it holds and the terms
+    it used; ``length`` staleness values tabulated (horizons up to it)."""
+    fit = PanelFit.from_dict(horizon_model["panel_fit"])
+    used = {t: bool(v["used"]) for t, v in horizon_model["supported"].items()}
+    terms = model_terms(fit, used, length=length)
+    return terms, section5_terms(terms)

@@ -61,12 +61,21 @@ class PanelFit:
     n_panels: int
     n_rows: int
 
+    CURVES = ("sigma2", "corr", "corr_mate", "within", "kept", "align", "bias_ratio",
+              "bias_cos")
+
     def to_dict(self) -> dict:
-        out = {name: getattr(self, name).to_dict() for name in
-               ("sigma2", "corr", "corr_mate", "within", "kept", "align", "bias_ratio",
-                "bias_cos")}
+        out = {name: getattr(self, name).to_dict() for name in self.CURVES}
         return {**out, "group_size": self.group_size, "n_panels": self.n_panels,
                 "n_rows": self.n_rows}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PanelFit":
+        """The fit written by ``to_dict`` (a registration's ``horizon_model.panel_fit``)."""
+        curves = {name: Curve(**{k: tuple(v) for k, v in d[name].items()})
+                  for name in cls.CURVES}
+        return cls(**curves, group_size=int(d["group_size"]), n_panels=int(d["n_panels"]),
+                   n_rows=int(d["n_rows"]))
 
 
 def _panel_ids(t: dict) -> tuple[np.ndarray, int]:

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from replaytheory import horizon as hz
 from replaytheory.noise import TabulatedNoise
-from replaytheory.panel_fit import fit_panels
+from replaytheory.panel_fit import PanelFit, fit_panels
 from replaytheory.probes import SCHEMA, UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
 from replaytheory.reuse import TabulatedReuse, objective as reuse_objective
 
@@ -141,3 +141,30 @@ def test_panel_fit_recovers_the_constructed_correlations():
 def test_panel_fit_needs_two_panels():
     with pytest.raises(ValueError, match="at least 2 panels"):
         fit_panels(synthetic_panels(n_panels=1), n_boot=10)
+
+
+@pytest.mark.parametrize("name", ["horizon_short", "horizon_lr2", "horizon_g4"])
+def test_a_registration_rebuilds_its_model(name):
+    """The judge scores a horizon registration's cells with the model rebuilt from the panel
+    fit it holds (``registered_terms``): it gives back the registered optimum and the
+    fit round-trips."""
+    import json
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "results", name, "prediction.json")
+    with open(path) as fh:
+        reg = json.load(fh)
+    hm = reg["horizon_model"]
+    assert PanelFit.from_dict(hm["panel_fit"]).to_dict() == hm["panel_fit"]
+    terms, plain = hz.registered_terms(hm, int(max(reg["horizons"])))
+    for key, pred in hm["by_mu"].items():
+        # the measured mu's key is rounded to 4 digits; the prediction used the full value
+        mu = float(key) if float(key) in reg["accounting_mus"] else reg["measured_mu"]
+        # within the registered design's objective (the polish was refined after 11.7's
+        # registrations: theory.md 11.7)
+        d = hz.optimal_design(terms, mu=mu, max_horizon=int(max(reg["horizons"])))
+        assert d.objective <= pred["design"]["objective"] * (1 + 1e-9)
+        assert abs(np.log(d.horizon / pred["design"]["horizon"])) < np.log(1.1)
+        cells = hz.objective_at_cells(terms, [1, d.horizon], [1.0, d.replay_ratio], mu=mu,
+                                      on_policy_cell=0)
+        assert cells[0] == pytest.approx(hz.on_policy(terms, mu=mu))
+        assert cells[1] == pytest.approx(d.objective)
