@@ -217,12 +217,15 @@ class SweepGrid:
         first, then every other cell as near up to ``TIE_RTOL`` (x* = 8 between horizons 4 and
         16). On-policy alone if x < 1 (the prediction is on-policy: a horizon under one step).
         x = inf (the objective keeps falling with the horizon) means the grid's largest
-        horizon, y = inf its largest replay ratio. ValueError for a NaN or non-positive x, y."""
-        for name, value in (("x_star", x), ("y_star", y)):
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0 (inf allowed), got {value!r}")
+        horizon, y = inf its largest replay ratio. x = 0 is on-policy too (section 5.4 returns
+        an on-policy regime so). ValueError for a NaN or negative x, or, with x >= 1, a NaN or
+        non-positive y."""
+        if not x >= 0:
+            raise ValueError(f"x_star must be >= 0 (inf allowed; < 1 is on-policy), got {x!r}")
         if x < 1 and self.on_policy >= 0:
             return [self.on_policy]
+        if not y > 0:
+            raise ValueError(f"y_star must be > 0 (inf allowed), got {y!r}")
         grid = [i for i in range(len(self.cells)) if i != self.on_policy]
         for values, target in ((self.horizons, x), (self.ratios, y)):
             if math.isinf(target):  # log distances would all be inf: the edge, explicitly

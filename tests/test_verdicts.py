@@ -276,13 +276,22 @@ def test_an_infinite_horizon_is_the_grids_largest_and_flagged(tmp_path):
     assert grid.beyond_grid(math.inf) and grid.beyond_grid(1e6) and not grid.beyond_grid(4.0)
 
 
-@pytest.mark.parametrize("x, y, name", [(float("nan"), 1.0, "x_star"), (0.0, 1.0, "x_star"),
+@pytest.mark.parametrize("x, y, name", [(float("nan"), 1.0, "x_star"), (-1.0, 1.0, "x_star"),
                                         (4.0, -1.0, "y_star")])
 def test_a_prediction_off_every_axis_is_refused_by_name(x, y, name):
     from llm_experiments.judge import SweepGrid, load_grid_runs
     grid = SweepGrid.of(load_grid_runs(FIXTURE, "grpo"))
     with pytest.raises(ValueError, match=name):
         grid.equally_near(x, y)
+
+
+def test_a_horizon_under_one_step_is_on_policy():
+    """x* = 0 (section 5.4's on-policy regime; the horizon model's on-policy readout) and
+    x* = 0.5 are judged at the on-policy cell, whatever y."""
+    from llm_experiments.judge import SweepGrid, load_grid_runs
+    grid = SweepGrid.of(load_grid_runs(FIXTURE, "grpo"))
+    for x, y in ((0.0, 1.0), (0.5, 3.0), (0.0, 0.0)):
+        assert grid.equally_near(x, y) == [grid.on_policy]
 
 
 def test_the_sceptics_fields_on_the_tiny_sweep(tmp_path):
