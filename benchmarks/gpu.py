@@ -84,7 +84,7 @@ def update_row(name, model, tok, cfg, batch, new, device) -> dict:
     import torch
 
     from llm_experiments.buffer import Rollout
-    from llm_experiments.experiment import PolicyTrainer
+    from llm_experiments.trainer import PolicyTrainer
     from llm_experiments.losses import collate
     from llm_experiments.memory import predict_update_memory
     from llm_experiments.models import trainer_dtype

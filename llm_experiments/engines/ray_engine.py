@@ -70,7 +70,7 @@ from .. import checkpoint
 from ..buffer import HeldRollouts, RolloutBuffer
 from ..config import Config
 from ..direct import supports
-from ..experiment import PolicyTrainer, grade_rollouts
+from ..trainer import PolicyTrainer, grade_rollouts
 from ..kernels import use_onednn_linear
 from ..metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
 from ..models import encode_prompt, load_policy, param_count
@@ -325,7 +325,7 @@ class TrainerRank(PolicyTrainer):
 
     def make_rollouts(self, problems, gen, version: int, first_item: int,
                       first_group: int) -> list:
-        """Graded rollouts of a probe's generation (``experiment.grade_rollouts``)."""
+        """Graded rollouts of a probe's generation (``trainer.grade_rollouts``)."""
         return grade_rollouts(self.cfg, self.task, self.tokenizer, self.encode, problems, gen,
                               version, first_item, first_group)
 

@@ -497,7 +497,7 @@ class ProbeSource:
     arguments of ``losses.policy_loss`` matching the trainer's loss. sample_problems(n, rng),
     encode(problem), make_rollouts(problems, gen, version, first_item, first_group): as in
     ``probes.RunView`` (for a harness task: ``task.sample_train``, ``models.encode_prompt``,
-    ``experiment.grade_rollouts``).
+    ``trainer.grade_rollouts``).
     """
 
     cfg: object

@@ -304,7 +304,7 @@ def build_trainer(cfg: Config, out_dir: str, plain: bool = False):
     replay trainer). Raises ValueError naming the key otherwise."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from ..experiment import grade_rollouts
+    from ..trainer import grade_rollouts
     from .trl import ProbeSource, ReplayGRPOTrainer
     import torch
     torch.set_num_threads(cfg.run.threads)

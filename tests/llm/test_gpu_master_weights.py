@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from llm_experiments.experiment import PolicyTrainer
+from llm_experiments.trainer import PolicyTrainer
 from llm_experiments.models import trainer_dtype
 from llm_experiments.schedule import ComputeClock
 from llm_helpers import tiny_policy
