@@ -100,3 +100,12 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     """Cosine of two flat vectors in float64; 0 when either is zero."""
     na, nb = a.double().norm(), b.double().norm()
     return float(torch.dot(a.double(), b.double()) / (na * nb)) if na > 0 and nb > 0 else 0.0
+
+
+def kept_share(kept: torch.Tensor, full: torch.Tensor) -> tuple[float, float]:
+    """(<kept, full> / ||full||^2, ||full||^2): the share of the unclipped gradient ``full``
+    that the clipped one ``kept`` keeps (theory.md 8.9.3); 1 when ``full`` is zero (a sample
+    without gradient keeps everything)."""
+    sq_full = sq_norm(full)
+    return (float(torch.dot(kept.double(), full.double())) / sq_full if sq_full else 1.0,
+            sq_full)

@@ -33,7 +33,7 @@ from replaytheory.io import write_json
 from replaytheory.panel_fit import PanelFit, fit_panels
 
 from .config import load_config
-from .predict import _overrides, calibration_warm_start
+from .predict import _overrides, runs_warm_start
 from .validation import ACCOUNTING_MUS, load_probes
 
 MU_KEY_DIGITS = "{:.4g}"
@@ -129,13 +129,8 @@ def register(name: str, config: str, overrides: dict, run_dirs: list[str], *, ho
                           "by_mu": preds, "panel_fit": fit.to_dict(),
                           "panel_runs": sorted(os.path.basename(d) for d in run_dirs),
                           "standard_registration": standard},
-        "warm_start": calibration_warm_start(os.path.dirname(os.path.dirname(run_dirs[0]))
-                                             ) if _one_sweep(run_dirs) else None,
+        "warm_start": runs_warm_start(run_dirs),
         "note": note}
-
-
-def _one_sweep(run_dirs) -> bool:
-    return len({os.path.dirname(os.path.normpath(d)) for d in run_dirs}) == 1
 
 
 def _positive_list(text: str) -> list[float]:

@@ -236,6 +236,11 @@ class SweepGrid:
         return [grid[k] for k in order
                 if math.isclose(d[k], d[order[0]], rel_tol=TIE_RTOL, abs_tol=1e-12)]
 
+    def points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) of every cell, on-policy as (1, 1): where a model's J is evaluated."""
+        onp = np.arange(len(self.cells)) == self.on_policy
+        return np.where(onp, 1.0, self.horizons), np.where(onp, 1.0, self.ratios)
+
     def beyond_grid(self, x: float) -> bool:
         """Whether horizon ``x`` (inf included) lies past the grid's largest horizon."""
         keep = np.arange(len(self.cells)) != self.on_policy
@@ -270,8 +275,7 @@ def objectives(reg: Registration, grid: SweepGrid, calibration_dir: str, mus: di
     probes = load_probes(probe_paths(calibration_dir, reg.loss))
     cal = calibrate(probes, probes.counts)
     big_l, f0 = smoothness(probes)
-    x = np.where(np.arange(len(grid.cells)) == grid.on_policy, 1.0, grid.horizons)
-    y = np.where(np.arange(len(grid.cells)) == grid.on_policy, 1.0, grid.ratios)
+    x, y = grid.points()
     out = {}
     for variant in reg.predictions:
         out[variant] = {}
@@ -289,8 +293,7 @@ def horizon_objectives(reg: Registration, grid: SweepGrid, mus: dict) -> dict:
     5's J with the same noise table; the on-policy cell as on-policy training."""
     terms, plain = hz.registered_terms(reg.horizon_model, int(max(grid.horizons)))
     on = grid.on_policy if grid.on_policy >= 0 else None
-    x = np.where(np.arange(len(grid.cells)) == grid.on_policy, 1.0, grid.horizons)
-    y = np.where(np.arange(len(grid.cells)) == grid.on_policy, 1.0, grid.ratios)
+    x, y = grid.points()
     out = {}
     for variant, model in (("horizon", terms), ("horizon_vs_on_policy", terms),
                            ("asymptotic", plain)):

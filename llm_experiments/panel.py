@@ -29,7 +29,7 @@ import torch
 
 from replaytheory.probes import UNIT_GROUP, UNIT_SEQUENCE
 
-from .gradients import cosine, sq_norm
+from .gradients import cosine, kept_share, sq_norm
 from .losses import collate, loss_stats, token_logprobs
 from .seeds import PANEL_STREAM, derived_seed
 
@@ -172,8 +172,7 @@ class PanelProbe:
 
     @staticmethod
     def _kept_row(kept, full, clip, is_weight) -> dict:
-        sq_full = sq_norm(full)
-        share = float(torch.dot(kept.double(), full.double())) / sq_full if sq_full else 1.0
+        share, sq_full = kept_share(kept, full)
         return {"contribution": share, "sq_unclip": sq_full, "clip_fraction": float(clip),
                 "is_weight": float(is_weight)}
 

@@ -160,17 +160,23 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
 
 
 def calibration_warm_start(cal_dir: str) -> dict:
-    """The initial policy of the calibration runs in ``cal_dir`` (their summaries'
-    ``warm_start_sha256`` and ``warm_start_accuracy``), which ``judge`` requires of the grid's
-    runs; ValueError if the runs disagree."""
+    """The initial policy of the calibration runs in ``cal_dir`` (``runs_warm_start``)."""
+    return runs_warm_start(sorted(glob.glob(os.path.join(cal_dir, "runs", "*"))), cal_dir)
+
+
+def runs_warm_start(run_dirs: list, where: str = "") -> dict:
+    """The initial policy of the runs in ``run_dirs`` (their summaries' ``warm_start_sha256``
+    and ``warm_start_accuracy``), which ``judge`` requires of a grid's runs; ValueError if
+    the runs disagree or none has a summary (``where`` names them in the message)."""
     seen = []
-    for path in sorted(glob.glob(os.path.join(cal_dir, "runs", "*", "summary.json"))):
-        with open(path) as fh:
-            summary = json.load(fh)
-        seen.append(warm_start_of(summary))
+    for d in run_dirs:
+        path = os.path.join(d, "summary.json")
+        if os.path.exists(path):
+            with open(path) as fh:
+                seen.append(warm_start_of(json.load(fh)))
     if not seen or any(s != seen[0] for s in seen):
-        raise ValueError(f"the calibration runs in {cal_dir} name no single initial policy: "
-                         f"{seen}")
+        raise ValueError(f"the calibration runs {where or run_dirs} name no single initial "
+                         f"policy: {seen}")
     return seen[0]
 
 

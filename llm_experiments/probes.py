@@ -64,7 +64,7 @@ from replaytheory.probes import SCHEMA, UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
 
 from .buffer import HeldRollouts, Rollout
 from .config import Config
-from .gradients import cosine, flat_params, per_sample_grads, sq_norm
+from .gradients import cosine, flat_params, kept_share, per_sample_grads, sq_norm
 from .losses import collate, loss_stats, policy_loss, token_logprobs
 from .panel import PanelProbe
 from .samplers import Generation, WeightUpdate
@@ -454,8 +454,7 @@ class Prober:
             clip = loss_stats(logp[rows], entropy[rows], sub, kw["clip_low"],
                               kw["clip_high"])["clip_fraction"]
             ratio = torch.exp(logp[rows] - sub.old_logp)[sub.mask]
-            sq_full = sq_norm(full)
-            share = float(torch.dot(kept.double(), full.double())) / sq_full if sq_full else 1.0
+            share, sq_full = kept_share(kept, full)
             self.rows["contribution"].append({
                 "probe_step": step, "staleness": step - rollouts[0].version, "uses": u,
                 "clip_fraction": clip, "contribution": share,
