@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 from scipy import stats
 
-from . import checks as v
+from . import checks
 
 _BIG = 1e300
 
@@ -42,7 +42,7 @@ def compute_to_target(compute, metric, target: float, interpolate: bool = False)
     at or above the target (logged points are sparse); otherwise the first logged point.
     """
     c, m = _curve(compute, metric)
-    target = v.real("target", target)
+    target = checks.real("target", target)
     hit = np.flatnonzero(m >= target)
     if hit.size == 0:
         return math.inf
@@ -64,7 +64,7 @@ def mean_over_budget(compute, metric, budget: float) -> float:
     theory.md section 8). ``budget`` > 0, in the compute's units.
     """
     c, m = _curve(compute, metric)
-    budget = v.positive("budget", budget)
+    budget = checks.positive("budget", budget)
     if m.size == 0:
         return math.nan
     grid = np.concatenate([[0.0], c[(c > 0) & (c < budget)], [budget]])
@@ -75,7 +75,7 @@ def mean_over_budget(compute, metric, budget: float) -> float:
 def compute_to_fraction_of_best(compute, metric, fraction: float = 0.98) -> float:
     """Compute to first reach ``fraction`` (in (0, 1]) of the curve's own best value."""
     c, m = _curve(compute, metric)
-    fraction = v.real("fraction", fraction, 0.0, 1.0, lo_open=True)
+    fraction = checks.real("fraction", fraction, 0.0, 1.0, lo_open=True)
     if m.size == 0:
         return math.inf
     return compute_to_target(c, m, fraction * float(np.max(m)))
@@ -87,7 +87,7 @@ def tail_mean(compute, metric, fraction: float = 0.25) -> float:
     The window is [c_end - fraction * c_end, c_end]; NaN if no point falls inside.
     """
     c, m = _curve(compute, metric)
-    fraction = v.real("fraction", fraction, 0.0, 1.0, lo_open=True)
+    fraction = checks.real("fraction", fraction, 0.0, 1.0, lo_open=True)
     if c.size == 0:
         return math.nan
     inside = c >= c[-1] * (1 - fraction)
@@ -171,7 +171,7 @@ def best_option(scores, better: str = "max") -> tuple[np.ndarray, np.ndarray]:
     s = np.asarray(scores, dtype=float)
     if s.ndim != 3:
         raise ValueError(f"scores must be (cells, options, seeds), got shape {s.shape}")
-    better = v.choice("better", better, ("max", "min"))
+    better = checks.choice("better", better, ("max", "min"))
     med = median_iqr(s, axis=2)[0]
     key = np.where(np.isnan(med), -np.inf if better == "max" else np.inf, med)
     idx = np.argmax(key, axis=1) if better == "max" else np.argmin(key, axis=1)
@@ -225,7 +225,7 @@ def regret(compute_predicted: float, compute_best: float) -> float:
     ``compute_predicted / compute_best - 1``: 0 when the prediction is the best, inf when
     the predicted configuration never reaches the target.
     """
-    cb = v.positive("compute_best", compute_best)
+    cb = checks.positive("compute_best", compute_best)
     cp = float(compute_predicted)
     if math.isnan(cp) or cp < 0:
         raise ValueError(f"compute_predicted must be >= 0 or inf, got {compute_predicted!r}")

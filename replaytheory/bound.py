@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import checks as v
+from . import checks
 from .noise import NoiseModel, a3_notes
 
 
@@ -56,15 +56,15 @@ def variance_terms(buffer_size, batch_size, rollouts_per_step, rho: float, noise
         noise: a staleness-noise model (``replaytheory.noise``).
         average: "discrete" or "continuous" average of sigma^2; the model's default if None.
     """
-    n = v.positive("buffer_size", buffer_size)
-    b = v.positive("batch_size", batch_size)
-    r = v.positive("rollouts_per_step", rollouts_per_step)
+    n = checks.positive("buffer_size", buffer_size)
+    b = checks.positive("batch_size", batch_size)
+    r = checks.positive("rollouts_per_step", rollouts_per_step)
     if r > n:
         raise ValueError(f"rollouts_per_step must be <= buffer_size ({n:g}), got {r:g}")
     if b > n:
         raise ValueError(f"batch_size must be <= buffer_size ({n:g}): a batch is drawn from "
                          f"the buffer; got {b:g}")
-    rho = v.unit_interval("rho", rho)
+    rho = checks.unit_interval("rho", rho)
     sb2 = float(noise.sigma_bar2(n / r, average))
     return VarianceTerms(sb2, sb2 / b, sb2 / n, sb2 * rho / r)
 
@@ -75,10 +75,10 @@ def step_size_limit(buffer_size, rollouts_per_step, smoothness: float, kappa: fl
     The 1/(2L) end is strict (eta < 1/(2L)); the kappa end is inclusive. kappa = 0 removes
     the first condition.
     """
-    n = v.positive("buffer_size", buffer_size)
-    r = v.positive("rollouts_per_step", rollouts_per_step)
-    big_l = v.positive("smoothness", smoothness)
-    kappa = v.nonnegative("kappa", kappa)
+    n = checks.positive("buffer_size", buffer_size)
+    r = checks.positive("rollouts_per_step", rollouts_per_step)
+    big_l = checks.positive("smoothness", smoothness)
+    kappa = checks.nonnegative("kappa", kappa)
     limit = 1.0 / (2.0 * big_l)
     if kappa > 0:
         limit = min(limit, r / (2.0 * math.sqrt(2.0) * kappa * n))
@@ -134,11 +134,11 @@ def convergence_bound(*, buffer_size, batch_size, rollouts_per_step, lr: float,
         BoundConditionError: a step-size condition or T > 1 is violated.
         ValueError: any argument outside its range.
     """
-    eta = v.positive("lr", lr)
-    big_l = v.positive("smoothness", smoothness)
-    kappa = v.nonnegative("kappa", kappa)
-    f0 = v.nonnegative("f0", f0)
-    steps = v.positive("steps", steps)
+    eta = checks.positive("lr", lr)
+    big_l = checks.positive("smoothness", smoothness)
+    kappa = checks.nonnegative("kappa", kappa)
+    f0 = checks.nonnegative("f0", f0)
+    steps = checks.positive("steps", steps)
     terms = variance_terms(buffer_size, batch_size, rollouts_per_step, rho, noise, average)
     n, r = float(buffer_size), float(rollouts_per_step)
     if steps <= 1:

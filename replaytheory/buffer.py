@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import checks as v
+from . import checks
 from .columns import IdTable, IntRing
 
 SAMPLING_MODES = ("with_replacement", "without_replacement", "never_used_first")
@@ -63,10 +63,10 @@ class ReplayIndex:
 
     def __init__(self, capacity: int, *, sampling: str = "with_replacement",
                  delta: float = 0.0, shards: int = 1, lifo: bool = False):
-        self.capacity = v.integer("capacity", capacity, 1)
-        self.sampling = v.choice("sampling", sampling, SAMPLING_MODES)
-        self.delta = v.real("delta", delta, 0.0, 1.0, hi_open=True)
-        self.shards = v.integer("shards", shards, 1, self.capacity)
+        self.capacity = checks.integer("capacity", capacity, 1)
+        self.sampling = checks.choice("sampling", sampling, SAMPLING_MODES)
+        self.delta = checks.real("delta", delta, 0.0, 1.0, hi_open=True)
+        self.shards = checks.integer("shards", shards, 1, self.capacity)
         if self.capacity % self.shards:
             raise ValueError(f"capacity must be divisible by shards ({self.shards}), "
                              f"got {self.capacity}")
@@ -89,13 +89,13 @@ class ReplayIndex:
 
     def size(self, shard: int = 0) -> int:
         """Items held by one shard."""
-        return len(self._shards[v.integer("shard", shard, 0, self.shards - 1)])
+        return len(self._shards[checks.integer("shard", shard, 0, self.shards - 1)])
 
     def items(self, shard: int | None = None) -> np.ndarray:
         """Ids currently held (one shard, or all), oldest recent first, then positives."""
         if shard is None:
             return np.concatenate([s.items() for s in self._shards])
-        return self._shards[v.integer("shard", shard, 0, self.shards - 1)].items()
+        return self._shards[checks.integer("shard", shard, 0, self.shards - 1)].items()
 
     def metadata(self, ids) -> dict[str, np.ndarray]:
         """generation_step, insert_step, uses, last_use (-1 never) and positive, per id."""
@@ -184,8 +184,8 @@ class ReplayIndex:
 
         Raises ``ValueError`` if the shard holds too few items (see ``can_sample``).
         """
-        b = v.integer("batch_size", batch_size, 1)
-        shard = v.integer("shard", shard, 0, self.shards - 1)
+        b = checks.integer("batch_size", batch_size, 1)
+        shard = checks.integer("shard", shard, 0, self.shards - 1)
         if not self.can_sample(b, shard):
             raise ValueError(f"batch_size ({b}) exceeds the items available in shard {shard} "
                              f"({self.size(shard)})")
@@ -230,7 +230,7 @@ class ReplayIndex:
         that does not cost a pass over the whole history); None = all.
         """
         parts = self._uses if last_calls is None else \
-            self._uses[max(0, len(self._uses) - v.integer("last_calls", last_calls, 0)):]
+            self._uses[max(0, len(self._uses) - checks.integer("last_calls", last_calls, 0)):]
         rec = np.concatenate(parts) if parts else np.zeros((0, 4), dtype=np.int64)
         return {"item_id": rec[:, 0], "step": rec[:, 1], "staleness": rec[:, 2],
                 "since_last_use": rec[:, 3]}
@@ -336,10 +336,10 @@ def sync_fifo_slots(step: int, rollouts_per_step: int, capacity) -> np.ndarray:
     Returns:
         int array of shape (len(capacity), R).
     """
-    r = v.integer("rollouts_per_step", rollouts_per_step, 1)
+    r = checks.integer("rollouts_per_step", rollouts_per_step, 1)
     caps = np.atleast_1d(np.asarray(capacity, dtype=np.int64))
     if np.any(caps < r):
         raise ValueError(f"capacity must be >= rollouts_per_step ({r}) in every run, "
                          f"got {int(caps.min())}")
-    first = v.integer("step", step, 0) * r
+    first = checks.integer("step", step, 0) * r
     return (first + np.arange(r, dtype=np.int64))[None, :] % caps[:, None]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import checks as v
+from . import checks
 from .compute import mu_from_costs
 from .design import ON_POLICY, REPLAY, Design, objective, optimal_design
 from .integer_search import (RowMinima, Rows, async_rows, at_horizon, minimise_rows,
@@ -220,10 +220,10 @@ def _batch_candidates(batch_size) -> list[int]:
         if len(batch_size) != 2:
             raise ValueError(f"batch_size must be an integer >= 1 or a (min, max) pair, "
                              f"got {batch_size!r}")
-        lo = v.integer("batch_size[0]", batch_size[0], 1)
-        hi = v.integer("batch_size[1]", batch_size[1], lo)
+        lo = checks.integer("batch_size[0]", batch_size[0], 1)
+        hi = checks.integer("batch_size[1]", batch_size[1], lo)
         return list(range(lo, hi + 1))
-    return [v.integer("batch_size", batch_size, 1)]
+    return [checks.integer("batch_size", batch_size, 1)]
 
 
 def _resolve_mu(mu, generation_cost, train_cost) -> float:
@@ -234,7 +234,7 @@ def _resolve_mu(mu, generation_cost, train_cost) -> float:
         mu = mu_from_costs(generation_cost, train_cost)
     elif generation_cost is not None or train_cost is not None:
         raise ValueError("give either mu or (generation_cost, train_cost), not both")
-    return v.positive("mu", mu)
+    return checks.positive("mu", mu)
 
 
 def _resolve_reuse(reuse):
@@ -245,7 +245,7 @@ def _resolve_reuse(reuse):
     if isinstance(reuse, bool) or not isinstance(reuse, (int, float)):
         raise ValueError(f"reuse must be None, a correlation c in [0, 1], a ConstantReuse or "
                          f"a TabulatedReuse, got {type(reuse).__name__}")
-    c = v.unit_interval("reuse", reuse)
+    c = checks.unit_interval("reuse", reuse)
     return None if c == 0 else ConstantReuse(c)
 
 
@@ -262,7 +262,7 @@ def _resolve_noise(noise, alpha, tau) -> NoiseModel:
 def _check_max_buffer(max_buffer_size, batches) -> int | None:
     if max_buffer_size is None:
         return None
-    max_buffer_size = v.integer("max_buffer_size", max_buffer_size, 1)
+    max_buffer_size = checks.integer("max_buffer_size", max_buffer_size, 1)
     if max_buffer_size < min(batches):
         raise ValueError(f"max_buffer_size must be >= batch_size ({min(batches)}): a batch "
                          f"is drawn from the buffer; got {max_buffer_size}")
@@ -271,9 +271,9 @@ def _check_max_buffer(max_buffer_size, batches) -> int | None:
 
 def _check_split(gpus, trainers) -> tuple[int | None, int | None]:
     if gpus is not None:
-        gpus = v.integer("gpus", gpus, 2)
+        gpus = checks.integer("gpus", gpus, 2)
         if trainers is not None:
-            trainers = v.integer("trainers", trainers, 1, gpus - 1)
+            trainers = checks.integer("trainers", trainers, 1, gpus - 1)
     elif trainers is not None:
         raise ValueError("trainers needs gpus (the GPU count to split)")
     return gpus, trainers
@@ -281,11 +281,11 @@ def _check_split(gpus, trainers) -> tuple[int | None, int | None]:
 
 def _check_budget(budget, min_steps) -> tuple[float | None, int | None]:
     if min_steps is not None:
-        min_steps = v.integer("min_steps", min_steps, 1)
+        min_steps = checks.integer("min_steps", min_steps, 1)
         if budget is None:
             raise ValueError("min_steps needs budget (total compute in trainer updates)")
     if budget is not None:
-        budget = v.positive("budget", budget)
+        budget = checks.positive("budget", budget)
     return budget, min_steps
 
 
@@ -529,10 +529,10 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
             configuration satisfies the constraints.
     """
     mu = _resolve_mu(mu, generation_cost, train_cost)
-    rho = v.unit_interval("rho", rho)
+    rho = checks.unit_interval("rho", rho)
     noise = _resolve_noise(noise, alpha, tau)
     batches = _batch_candidates(batch_size)
-    max_horizon = v.real("max_horizon", max_horizon, 1.0, math.inf, lo_open=True)
+    max_horizon = checks.real("max_horizon", max_horizon, 1.0, math.inf, lo_open=True)
     max_buffer_size = _check_max_buffer(max_buffer_size, batches)
     gpus, trainers = _check_split(gpus, trainers)
     budget, min_steps = _check_budget(budget, min_steps)
@@ -542,9 +542,9 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
                    buffer_cap=math.inf if max_buffer_size is None else max_buffer_size,
                    max_horizon=max_horizon, reuse=_resolve_reuse(reuse),
                    contribution=_check_contribution(contribution),
-                   horizon_source=v.choice("horizon_source", horizon_source, HORIZON_SOURCES),
+                   horizon_source=checks.choice("horizon_source", horizon_source, HORIZON_SOURCES),
                    run_updates=None if run_updates is None
-                   else v.integer("run_updates", run_updates, 1))
+                   else checks.integer("run_updates", run_updates, 1))
     if req.standard:
         design = optimal_design(mu, rho, noise, average=average)
     else:
@@ -684,8 +684,8 @@ def design_grid(mus, alphas, rho: float, *, average: str | None = None) -> dict:
     Returns: dict of 2-d arrays (len(mus) x len(alphas)): "horizon", "replay_ratio",
     "predicted_saving", and "on_policy" (bool).
     """
-    mus = v.finite_array("mus", mus)
-    alphas = v.finite_array("alphas", alphas, nonnegative_values=True)
+    mus = checks.finite_array("mus", mus)
+    alphas = checks.finite_array("alphas", alphas, nonnegative_values=True)
     out = {k: np.empty((mus.size, alphas.size)) for k in
            ("horizon", "replay_ratio", "predicted_saving")}
     out["on_policy"] = np.empty((mus.size, alphas.size), dtype=bool)

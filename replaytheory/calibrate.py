@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy import stats
 
-from . import checks as v
+from . import checks
 from .calculator import optimal_config as _optimal_config
 from .compute import estimate_mu
 from .design import finite_lr_design as _finite_lr_design
@@ -253,15 +253,15 @@ def fit_noise_model(probes: ProbeSet, *, staleness_offset: float = 0.5, n_boot: 
     Raises:
         ValueError: too few rows, probe steps or staleness values; NaN; no positive noise.
     """
-    offset = v.nonnegative("staleness_offset", staleness_offset)
-    n_boot = v.integer("n_boot", n_boot, 20)
+    offset = checks.nonnegative("staleness_offset", staleness_offset)
+    n_boot = checks.integer("n_boot", n_boot, 20)
     t = _table(probes, "noise", 10)
-    ids = _clusters(t, "noise", v.integer("min_probes", min_probes, 2))
+    ids = _clusters(t, "noise", checks.integer("min_probes", min_probes, 2))
     s_int = np.rint(t["staleness"]).astype(np.int64)
     if np.any(s_int < 0):
         raise ValueError("probes.noise.staleness must be >= 0")
     values, bins = np.unique(s_int, return_inverse=True)
-    need = v.integer("min_staleness_values", min_staleness_values, 3)
+    need = checks.integer("min_staleness_values", min_staleness_values, 3)
     if values.size < need:
         raise ValueError(f"probes.noise must span at least {need} distinct staleness values "
                          f"for a power-law fit, got {values.size}")
@@ -398,9 +398,9 @@ def fit_coupling(probes: ProbeSet, *, n_boot: int = 200, seed: int = 0,
         ValueError: too few rows or probe steps, fewer than 2 gaps, NaN, or no positive
         squared noise after the reference correction.
     """
-    n_boot = v.integer("n_boot", n_boot, 20)
+    n_boot = checks.integer("n_boot", n_boot, 20)
     t = _table(probes, "coupling", 4)
-    ids = _clusters(t, "coupling", v.integer("min_probes", min_probes, 2))
+    ids = _clusters(t, "coupling", checks.integer("min_probes", min_probes, 2))
     if np.unique(t["gap"]).size < 2:
         raise ValueError("probes.coupling must hold at least 2 distinct gaps")
     if np.any(t["buffer_size"] <= 0) or np.any(t["rollouts_per_step"] <= 0):
@@ -484,13 +484,13 @@ def fit_bias(probes: ProbeSet, *, n_boot: int = 200, seed: int = 0,
         ValueError: too few rows or probe steps, fewer than 2 staleness values, NaN, or no
         drift > 0.
     """
-    n_boot = v.integer("n_boot", n_boot, 20)
+    n_boot = checks.integer("n_boot", n_boot, 20)
     t = _table(probes, "bias", 4)
     keep = t["n_samples"] >= 2
     t = {k: col[keep] for k, col in t.items()}
     if keep.sum() < 4:
         raise ValueError("probes.bias must hold at least 4 rows with n_samples >= 2")
-    ids = _clusters(t, "bias", v.integer("min_probes", min_probes, 2))
+    ids = _clusters(t, "bias", checks.integer("min_probes", min_probes, 2))
     n = t["n_samples"]
     b2 = (t["mean_sq"] - t["noise_sq"] / n) / (1 - 1 / n) - t["ref_sq_error"]
     values, bins = np.unique(np.rint(t["staleness"]).astype(np.int64), return_inverse=True)
@@ -560,13 +560,13 @@ def check_decomposition(probes: ProbeSet, rho: float, *, n_boot: int = 200, seed
     Args:
         probes: ``ProbeSet`` with minibatch rows. rho: coupling in [0, 1] to test.
     """
-    rho = v.unit_interval("rho", rho)
-    n_boot = v.integer("n_boot", n_boot, 20)
+    rho = checks.unit_interval("rho", rho)
+    n_boot = checks.integer("n_boot", n_boot, 20)
     t = _table(probes, "minibatch", 2)
     cells, g_idx = np.unique(np.stack([t["buffer_size"], t["batch_size"],
                                        t["rollouts_per_step"]], 1), axis=0, return_inverse=True)
     g_idx = g_idx.ravel()
-    ids = _clusters(t, "minibatch", v.integer("min_probes", min_probes, 2))
+    ids = _clusters(t, "minibatch", checks.integer("min_probes", min_probes, 2))
     n_c, b_c, r_c = cells[:, 0], cells[:, 1], cells[:, 2]
     meas = t["sq_error"] - t["ref_sq_error"]
     sb2 = t["sigma_bar2"] - t["ref_sq_error"]
@@ -635,9 +635,9 @@ def fit_reuse(probes: ProbeSet, *, n_boot: int = 200, seed: int = 0,
     their pooled value does not reject it (p >= 0.01), the table of per-gap values otherwise.
     Raises: ValueError with too few rows or probes, NaN, or no positive squared norm.
     """
-    n_boot = v.integer("n_boot", n_boot, 20)
+    n_boot = checks.integer("n_boot", n_boot, 20)
     t = _table(probes, "reuse", 4)
-    ids = _clusters(t, "reuse", v.integer("min_probes", min_probes, 2))
+    ids = _clusters(t, "reuse", checks.integer("min_probes", min_probes, 2))
     if np.any(t["gap"] < 1):
         raise ValueError("probes.reuse.gap must be >= 1")
     gaps, g_idx = np.unique(t["gap"], return_inverse=True)
@@ -737,9 +737,9 @@ def fit_contribution(probes: ProbeSet, *, n_boot: int = 200, seed: int = 0,
     wide intervals.
     Raises: ValueError with too few rows or probes, NaN, or fewer than 2 bins.
     """
-    n_boot = v.integer("n_boot", n_boot, 20)
+    n_boot = checks.integer("n_boot", n_boot, 20)
     t = _table(probes, "contribution", 4)
-    ids = _clusters(t, "contribution", v.integer("min_probes", min_probes, 2))
+    ids = _clusters(t, "contribution", checks.integer("min_probes", min_probes, 2))
     keys = np.stack([np.rint(t["uses"]), np.rint(t["staleness"])], 1)
     if np.any(keys < 0):
         raise ValueError("probes.contribution.uses and staleness must be >= 0")
@@ -847,7 +847,7 @@ class Calibration:
 
     def rho(self, coupling: str = "theory") -> float:
         """The coupling coefficient for designs ("theory" or "effective")."""
-        v.choice("coupling", coupling, ("theory", "effective"))
+        checks.choice("coupling", coupling, ("theory", "effective"))
         return self.coupling.rho if coupling == "theory" else float(
             np.clip(self.coupling.rho_eff, 0, 1))
 
@@ -857,8 +857,8 @@ class Calibration:
         ``extrapolate`` (one of ``noise.EXTRAPOLATIONS``) applies to a table: "none" keeps
         horizon searches inside the measured staleness, "hold_last" holds sigma^2 at its last
         measured value beyond it (theory.md section 4.6); a power law extrapolates itself."""
-        v.choice("noise", noise, ("auto", "power_law", "tabulated"))
-        v.choice("extrapolate", extrapolate, EXTRAPOLATIONS)
+        checks.choice("noise", noise, ("auto", "power_law", "tabulated"))
+        checks.choice("extrapolate", extrapolate, EXTRAPOLATIONS)
         if noise == "power_law" and self.noise.power_law is None:
             raise ValueError(f"noise='power_law' needs a fitted alpha >= 0, got "
                              f"{self.noise.alpha:.3g}")
@@ -870,7 +870,7 @@ class Calibration:
 
     def _mu(self, mu):
         if mu is not None:
-            return v.positive("mu", mu)
+            return checks.positive("mu", mu)
         if self.mu is None:
             raise ValueError("mu is unknown: pass mu (> 0) or calibrate with counts")
         return self.mu
@@ -878,7 +878,7 @@ class Calibration:
     def reuse_terms(self, variant: str) -> tuple:
         """(reuse model, contribution model) of a variant (section 10): "standard", "supported"
         or one of ``reuse.VARIANTS``; raises if the variant needs a fit that is missing."""
-        v.choice("variant", variant, (STANDARD, "supported", *REUSE_VARIANTS))
+        checks.choice("variant", variant, (STANDARD, "supported", *REUSE_VARIANTS))
         if variant == "supported":
             variant = STANDARD if self.variant_choice is None else self.variant_choice.variant
         want_c = variant in ("self_correlated", "reuse_clipping")
@@ -997,7 +997,7 @@ def calibrate(probes: ProbeSet, counts: dict | None = None, *, mu: float | None 
         raise ValueError(f"probes must be a ProbeSet, got {type(probes).__name__}")
     counts = dict(probes.counts if counts is None else counts)
     if mu is not None:
-        mu_val, source = v.positive("mu", mu), "argument"
+        mu_val, source = checks.positive("mu", mu), "argument"
     else:
         mu_val, source = _mu_from_counts(counts)
     noise = fit_noise_model(probes, staleness_offset=staleness_offset, n_boot=n_boot,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import checks as v
+from . import checks
 
 # The paper's printed gamma tables (theory.md section 3): splits (W, T) and printed values.
 PAPER_SPLITS: tuple[tuple[int, int], ...] = ((7, 1), (6, 2), (5, 3), (4, 4), (2, 6), (1, 7))
@@ -31,13 +31,13 @@ def cost_per_update(mu: float, *, workers: int | None = None, trainers: int | No
         workers, trainers: the GPU split W, T >= 1 (required with ``buffer=True``).
         buffer: whether a replay buffer decouples producers and consumers.
     """
-    mu = v.positive("mu", mu)
+    mu = checks.positive("mu", mu)
     if not buffer:
         return 1.0 + mu
     if workers is None or trainers is None:
         raise ValueError("workers and trainers are required with buffer=True (integers >= 1)")
-    w = v.integer("workers", workers, 1)
-    t = v.integer("trainers", trainers, 1)
+    w = checks.integer("workers", workers, 1)
+    t = checks.integer("trainers", trainers, 1)
     return 1.0 + w / t
 
 
@@ -61,7 +61,7 @@ def compute_ratio(workers: int, trainers: int, mu: float) -> float:
 
 def generation_share(mu: float) -> float:
     """Share of compute spent on generation without a buffer, mu / (1 + mu) (section 3)."""
-    mu = v.positive("mu", mu)
+    mu = checks.positive("mu", mu)
     return mu / (1.0 + mu)
 
 
@@ -71,9 +71,9 @@ def expected_replay_ratio(workers: int, trainers: int, mu: float) -> float:
     This is the average number of gradient steps each rollout takes part in when W workers
     produce and T trainers consume at full speed.
     """
-    w = v.integer("workers", workers, 1)
-    t = v.integer("trainers", trainers, 1)
-    mu = v.positive("mu", mu)
+    w = checks.integer("workers", workers, 1)
+    t = checks.integer("trainers", trainers, 1)
+    mu = checks.positive("mu", mu)
     return mu * t / w
 
 
@@ -90,10 +90,10 @@ def estimate_mu(unique_rollouts: int, samples_consumed: int, workers: int = 1,
         workers: W >= 1 (1 for a synchronous run measured on one device).
         trainers: T >= 1.
     """
-    k_inf = v.integer("unique_rollouts", unique_rollouts, 1)
-    k_train = v.integer("samples_consumed", samples_consumed, 1)
-    w = v.integer("workers", workers, 1)
-    t = v.integer("trainers", trainers, 1)
+    k_inf = checks.integer("unique_rollouts", unique_rollouts, 1)
+    k_train = checks.integer("samples_consumed", samples_consumed, 1)
+    w = checks.integer("workers", workers, 1)
+    t = checks.integer("trainers", trainers, 1)
     return (k_train / t) / (k_inf / w)
 
 
@@ -102,8 +102,8 @@ def mu_from_costs(generation_cost: float, train_cost: float) -> float:
 
     Both in the same unit (seconds, GPU-hours, FLOPs), each in (0, inf).
     """
-    gen = v.positive("generation_cost", generation_cost)
-    train = v.positive("train_cost", train_cost)
+    gen = checks.positive("generation_cost", generation_cost)
+    train = checks.positive("train_cost", train_cost)
     return gen / train
 
 

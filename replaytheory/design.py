@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize
 
-from . import checks as v
+from . import checks
 from .bound import BoundResult, bound_value, convergence_bound, step_size_limit
 from .noise import NoiseModel, PowerLawNoise, a3_notes
 
@@ -67,8 +67,8 @@ def objective(horizon, replay_ratio, *, mu: float, rho: float, noise: NoiseModel
         J in units of sigma^2 (array broadcast over x and y). Compute to reach a target bound
         is proportional to J.
     """
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
     _check_noise(noise)
     x = np.asarray(horizon, dtype=float)
     y = np.asarray(replay_ratio, dtype=float)
@@ -90,16 +90,16 @@ def objective_rbn(rollouts_per_step, batch_size, buffer_size, *, mu: float, rho:
     for name, a in (("rollouts_per_step", r), ("batch_size", b), ("buffer_size", n)):
         if np.any(~np.isfinite(a)) or np.any(a <= 0):
             raise ValueError(f"{name} must be finite and in (0, inf)")
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
     return (b + mu * r) * _check_noise(noise).sigma_bar2(n / r, average) \
         * (1 / b + 1 / n + rho / r)
 
 
 def optimal_replay_ratio(horizon, *, mu: float, rho: float) -> np.ndarray:
     """y*(x) = sqrt(mu / (rho + 1/x)), the best replay ratio at horizon x (section 5)."""
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
     x = np.asarray(horizon, dtype=float)
     with np.errstate(divide="ignore"):
         return np.sqrt(mu / (rho + 1.0 / x))
@@ -108,8 +108,8 @@ def optimal_replay_ratio(horizon, *, mu: float, rho: float) -> np.ndarray:
 def profile_objective(horizon, *, mu: float, rho: float, noise: NoiseModel,
                       average: str | None = None) -> np.ndarray:
     """min_y J(x, y) = sigma_bar^2(x) (1/sqrt(mu) + sqrt(rho + 1/x))^2 (section 5)."""
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
     x = np.asarray(horizon, dtype=float)
     return _check_noise(noise).sigma_bar2(x, average) \
         * (1 / math.sqrt(mu) + np.sqrt(rho + 1 / x)) ** 2
@@ -117,9 +117,9 @@ def profile_objective(horizon, *, mu: float, rho: float, noise: NoiseModel,
 
 def k_function(horizon, *, mu: float, rho: float, alpha: float) -> np.ndarray:
     """K(x) = x^alpha (1/sqrt(mu) + sqrt(rho + 1/x)); x* minimises it (section 5, power law)."""
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
-    alpha = v.nonnegative("alpha", alpha)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
+    alpha = checks.nonnegative("alpha", alpha)
     x = np.asarray(horizon, dtype=float)
     return x ** alpha * (1 / math.sqrt(mu) + np.sqrt(rho + 1 / x))
 
@@ -208,9 +208,9 @@ def optimal_horizon(replay_ratio: float, *, mu: float, rho: float, noise: NoiseM
     Args: replay_ratio y > 0; mu > 0; rho in [0, 1]; noise model; x_max > 0 caps the search.
     Returns x in steps (0.0 if the infimum is at x -> 0, ``x_max`` if J keeps falling).
     """
-    y = v.positive("replay_ratio", replay_ratio)
-    v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
+    y = checks.positive("replay_ratio", replay_ratio)
+    checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
     avg = _check_noise(noise).default_average if average is None else average
     return _minimise_over_horizon(
         lambda u: _log_sigma_bar2(noise, np.exp(u), avg) + np.log(1 / y + rho + np.exp(-u)),
@@ -288,11 +288,11 @@ def optimal_design(mu: float, rho: float, noise: NoiseModel, *, average: str | N
         ``Design``. x* below 1 step is a valid answer: the on-policy regime.
         ``optimal_config`` turns it into integers and a GPU split.
     """
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
     _check_noise(noise)
-    method = v.choice("method", method, ("auto", "numeric", "closed_form"))
-    avg = noise.default_average if average is None else v.choice(
+    method = checks.choice("method", method, ("auto", "numeric", "closed_form"))
+    avg = noise.default_average if average is None else checks.choice(
         "average", average, ("discrete", "continuous"))
     closed_ok = isinstance(noise, PowerLawNoise) and avg == "continuous"
     if method == "closed_form" and not closed_ok:
@@ -473,16 +473,16 @@ def finite_lr_objective(horizon, replay_ratio, *, mu: float, rho: float, noise: 
 
 def _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, average):
     """Checked arguments of the finite-step-size bound, in ``_finite_bound``'s order."""
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
     _check_noise(noise)
-    b = v.integer("batch_size", batch_size, 1)
-    big_l = v.positive("smoothness", smoothness)
-    kappa = v.nonnegative("kappa", kappa)
-    f0 = v.nonnegative("f0", f0)
-    budget = v.positive("budget", budget)
+    b = checks.integer("batch_size", batch_size, 1)
+    big_l = checks.positive("smoothness", smoothness)
+    kappa = checks.nonnegative("kappa", kappa)
+    f0 = checks.nonnegative("f0", f0)
+    budget = checks.positive("budget", budget)
     if lr is not None:
-        lr = v.positive("lr", lr)
+        lr = checks.positive("lr", lr)
         if lr >= 1 / (2 * big_l):
             raise ValueError(f"lr must be < 1/(2L) = {1 / (2 * big_l):.6g}, got {lr:g}")
     avg = noise.default_average if average is None else average
@@ -510,10 +510,10 @@ class _BoxOptimum:
 
 def _check_search_box(horizon_range, replay_range) -> _SearchBox:
     """Validate ``finite_lr_design``'s (lo, hi) ranges: positive, lo < hi."""
-    x_lo, x_hi = (v.positive("horizon_range[0]", horizon_range[0]),
-                  v.positive("horizon_range[1]", horizon_range[1]))
-    y_lo, y_hi = (v.positive("replay_range[0]", replay_range[0]),
-                  v.positive("replay_range[1]", replay_range[1]))
+    x_lo, x_hi = (checks.positive("horizon_range[0]", horizon_range[0]),
+                  checks.positive("horizon_range[1]", horizon_range[1]))
+    y_lo, y_hi = (checks.positive("replay_range[0]", replay_range[0]),
+                  checks.positive("replay_range[1]", replay_range[1]))
     if x_lo >= x_hi or y_lo >= y_hi:
         raise ValueError("horizon_range and replay_range must be (lo, hi) with lo < hi")
     return _SearchBox(x_lo=x_lo, x_hi=x_hi, y_lo=y_lo, y_hi=y_hi)

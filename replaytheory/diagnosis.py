@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from . import checks as v
+from . import checks
 from .calibrate import _boot_weights, _clusters, _interval, _table
 from .probes import UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
 
@@ -58,7 +58,7 @@ class Estimate:
 def _rows(probes: ProbeSet, name: str, unit: int, need: tuple[str, ...], min_rows: int,
           keep=None) -> dict[str, np.ndarray]:
     """The rows of table ``name`` in ``unit`` (and ``keep(table)``), with columns ``need``."""
-    v.choice("unit", unit, UNITS)
+    checks.choice("unit", unit, UNITS)
     t = _table(probes, name, 0)
     missing = [c for c in need if c not in t]
     if missing:
@@ -121,9 +121,9 @@ def noise_regression(probes: ProbeSet, *, unit: int = UNIT_SEQUENCE, n_boot: int
     sequence, 1 group) from >= ``min_probes`` probes, and staleness and uses that are not
     collinear. n_boot >= 20 replicates, ``seed`` their stream.
     """
-    n_boot = v.integer("n_boot", n_boot, 20)
+    n_boot = checks.integer("n_boot", n_boot, 20)
     t = _rows(probes, "noise", unit, ("uses",), 4)
-    ids = _clusters(t, "noise", v.integer("min_probes", min_probes, 2))
+    ids = _clusters(t, "noise", checks.integer("min_probes", min_probes, 2))
     y = t["sq_noise"] - t["ref_sq_error"]
     x = np.stack([np.ones_like(y), t["staleness"], t["uses"]], 1)
     if np.linalg.matrix_rank(x) < 3:
@@ -185,9 +185,9 @@ def noise_grid(probes: ProbeSet, staleness_edges, uses_edges, *, unit: int = UNI
     """Mean squared noise net of the reference error, ``sq_noise`` (squared gradient units),
     per (staleness bin, uses bin) (theory.md section 8.9.1): noise by staleness at fixed
     uses, and by uses at fixed staleness. Edges: increasing lists (>= 2 entries)."""
-    n_boot = v.integer("n_boot", n_boot, 20)
+    n_boot = checks.integer("n_boot", n_boot, 20)
     t = _rows(probes, "noise", unit, ("uses",), 1)
-    ids = _clusters(t, "noise", v.integer("min_probes", min_probes, 2))
+    ids = _clusters(t, "noise", checks.integer("min_probes", min_probes, 2))
     y = t["sq_noise"] - t["ref_sq_error"]
     return _grid(t, ids, staleness_edges, uses_edges, {"sq_noise": (y, np.ones_like(y))},
                  n_boot, seed, unit)
@@ -217,9 +217,9 @@ def self_correlation(probes: ProbeSet, *, unit: int = UNIT_SEQUENCE, n_boot: int
     """The self-correlation of a rollout's noise by gap, from the ``reuse`` table (theory.md
     section 8.9.2), with cluster-bootstrap intervals. Needs >= 1 row of ``unit`` and
     >= ``min_probes`` probes."""
-    n_boot = v.integer("n_boot", n_boot, 20)
+    n_boot = checks.integer("n_boot", n_boot, 20)
     t = _rows(probes, "reuse", unit, (), 1)
-    ids = _clusters(t, "reuse", v.integer("min_probes", min_probes, 1))
+    ids = _clusters(t, "reuse", checks.integer("min_probes", min_probes, 1))
     gaps, gi = np.unique(t["gap"], return_inverse=True)
     inner, now, then, cnt = _cell_sums(ids, gi, gaps.size, t["inner"], t["sq_now"],
                                        t["sq_then"], np.ones_like(t["inner"]))
@@ -239,9 +239,9 @@ def contribution_grid(probes: ProbeSet, staleness_edges, uses_edges, *,
     of clipped tokens, [0, 1]), ``contribution`` (pooled kept share of the unclipped gradient,
     sum(contribution sq_unclip) / sum(sq_unclip) where the table has ``sq_unclip``, else the
     mean; 1 = fully kept) and ``is_weight`` (mean importance weight)."""
-    n_boot = v.integer("n_boot", n_boot, 20)
+    n_boot = checks.integer("n_boot", n_boot, 20)
     t = _rows(probes, "contribution", unit, (), 1)
-    ids = _clusters(t, "contribution", v.integer("min_probes", min_probes, 1))
+    ids = _clusters(t, "contribution", checks.integer("min_probes", min_probes, 1))
     one = np.ones_like(t["contribution"])
     weight = t.get("sq_unclip", one)
     ratios = {"clip_fraction": (t["clip_fraction"], one),
@@ -291,13 +291,13 @@ def buffer_bias(probes: ProbeSet, staleness_edges, *, unit: int = UNIT_GROUP,
     measured against g_ref = grad F + e_ref, so their mean carries -e_ref, and
     E <mean, g_ref> = <bias, grad F> - ||e_ref||^2.
     """
-    n_boot = v.integer("n_boot", n_boot, 20)
+    n_boot = checks.integer("n_boot", n_boot, 20)
 
     def buffer_rows(t):
         method = t.get("method", np.zeros_like(t["unit"]))
         return (method == 0) & (t["n_samples"] >= 2)
     t = _rows(probes, "bias", unit, (), 2, buffer_rows)
-    ids = _clusters(t, "bias", v.integer("min_probes", min_probes, 2))
+    ids = _clusters(t, "bias", checks.integer("min_probes", min_probes, 2))
     n = t["n_samples"]
     b2 = (t["mean_sq"] - t["noise_sq"] / n) / (1 - 1 / n) - t["ref_sq_error"]
     g2 = t["grad_sq"] - t["ref_sq_error"]

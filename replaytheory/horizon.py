@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from . import checks as v
+from . import checks
 from .panel_fit import PanelFit
 
 WORTHS = ("kept", "align", "none")
@@ -61,9 +61,9 @@ class HorizonTerms:
     measured_gap: int = 0
 
     def __post_init__(self):
-        v.integer("group_size", self.group_size, 1)
-        v.nonnegative("rho", self.rho)
-        v.nonnegative("per_use", self.per_use)
+        checks.integer("group_size", self.group_size, 1)
+        checks.nonnegative("rho", self.rho)
+        checks.nonnegative("per_use", self.per_use)
         if np.any(np.asarray(self.sigma2) <= 0):
             raise ValueError("sigma2 must be > 0 at every staleness")
         if np.any(np.asarray(self.worth) <= 0):
@@ -86,8 +86,8 @@ def terms_from_fit(fit: PanelFit, *, worth: str = "kept", rho: float = 0.0,
     """The model's curves from a ``PanelFit``; ``worth`` picks w(s) ("kept": the clip's kept
     share; "align": the panel mean gradient's component along grad F; "none": 1); ``length``
     >= 2 staleness values tabulated (horizons up to ``length``)."""
-    v.choice("worth", worth, WORTHS)
-    v.integer("length", length, 2)
+    checks.choice("worth", worth, WORTHS)
+    checks.integer("length", length, 2)
     w = np.ones(length) if worth == "none" else _table(getattr(fit, worth), length)
     sigma2 = _table(fit.sigma2, length)
     if np.any(sigma2 <= 0) or np.any(w <= 0):
@@ -131,7 +131,7 @@ def _worth_bar(terms: HorizonTerms, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def objective(terms: HorizonTerms, horizon, replay_ratio, *, mu: float) -> np.ndarray:
     """J_h(x, y) of section 11.5 at integer horizons 1 <= x <= terms.length (steps) and
     replay ratios y > 0, elementwise (broadcast); mu > 0."""
-    v.positive("mu", mu)
+    checks.positive("mu", mu)
     x, y = np.broadcast_arrays(np.asarray(horizon, float), np.asarray(replay_ratio, float))
     if np.any(x < 1) or np.any(x > terms.length) or np.any(x != np.round(x)):
         raise ValueError(f"horizon must be a whole number of steps in [1, {terms.length}]")
@@ -146,7 +146,7 @@ def objective(terms: HorizonTerms, horizon, replay_ratio, *, mu: float) -> np.nd
 def on_policy(terms: HorizonTerms, *, mu: float) -> float:
     """J of on-policy training (each rollout used once, whole groups): sigma^2(0) / w(0)^2
     (1 + 1/mu) k0(0) (section 11.5); mu > 0."""
-    v.positive("mu", mu)
+    checks.positive("mu", mu)
     k0 = 1 + (terms.group_size - 1) * terms.within[0]
     return float(terms.sigma2[0] / terms.worth[0] ** 2 * (1 + 1 / mu) * k0)
 
@@ -179,8 +179,8 @@ def optimal_design(terms: HorizonTerms, *, mu: float, max_horizon: int | None = 
     """Minimise J_h over integer 1 <= x <= max_horizon (default terms.length) and
     Y_MIN <= y <= min(x, max_replay) (N >= B: y <= x): a log grid in y per x, then Brent's
     method in y at the ``POLISHED`` horizons with the lowest grid minima (section 11.5)."""
-    v.positive("mu", mu)
-    top = terms.length if max_horizon is None else v.integer("max_horizon", max_horizon, 1,
+    checks.positive("mu", mu)
+    top = terms.length if max_horizon is None else checks.integer("max_horizon", max_horizon, 1,
                                                              terms.length)
     x = np.arange(1, top + 1, dtype=float)
     ys = np.exp(np.linspace(math.log(Y_MIN), math.log(max(top, 2.0)), 161))
@@ -218,7 +218,7 @@ def ablate(terms: HorizonTerms, term: str) -> HorizonTerms:
     c_mate = 0: groups no more alike than any two rollouts), "fading" (c(g) and c_mate(g)
     held at their gap-1 values: correlations that never fade), "worth" (w = 1: a stale
     sample worth a fresh one) or "noise" (sigma^2 held at its staleness-0 value)."""
-    v.choice("term", term, ABLATIONS)
+    checks.choice("term", term, ABLATIONS)
     if term == "diversity":
         zero = np.zeros(terms.length)
         return replace(terms, within=zero, corr_mate=zero)

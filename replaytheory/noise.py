@@ -27,7 +27,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from scipy.special import zeta
 
-from . import checks as v
+from . import checks
 
 AVERAGES = ("discrete", "continuous")
 # How a TabulatedNoise may be used beyond its largest measured staleness: not at all, or with
@@ -59,7 +59,7 @@ class NoiseModel(Protocol):
 
 
 def _check_average(average: str | None, default: str) -> str:
-    return default if average is None else v.choice("average", average, AVERAGES)
+    return default if average is None else checks.choice("average", average, AVERAGES)
 
 
 def _horizons(horizon) -> np.ndarray:
@@ -104,8 +104,8 @@ class PowerLawNoise:
     default_average: str = field(default="continuous", init=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "alpha", v.nonnegative("alpha", self.alpha))
-        object.__setattr__(self, "tau", v.positive("tau", self.tau))
+        object.__setattr__(self, "alpha", checks.nonnegative("alpha", self.alpha))
+        object.__setattr__(self, "tau", checks.positive("tau", self.tau))
 
     def sigma2(self, s) -> np.ndarray:
         s = np.asarray(s, dtype=float)
@@ -165,7 +165,8 @@ class ConstantNoise:
     default_average: str = field(default="discrete", init=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "sigma2_value", v.positive("sigma2_value", self.sigma2_value))
+        object.__setattr__(self, "sigma2_value",
+                           checks.positive("sigma2_value", self.sigma2_value))
 
     def sigma2(self, s) -> np.ndarray:
         return np.full(np.shape(s), self.sigma2_value)
@@ -214,8 +215,8 @@ class TabulatedNoise:
     default_average: str = field(default="discrete", init=False)
 
     def __post_init__(self):
-        s = v.finite_array("staleness", self.staleness, nonnegative_values=True)
-        y = v.finite_array("sigma2", self.sigma2_values, nonnegative_values=True)
+        s = checks.finite_array("staleness", self.staleness, nonnegative_values=True)
+        y = checks.finite_array("sigma2", self.sigma2_values, nonnegative_values=True)
         if s.shape != y.shape:
             raise ValueError(f"staleness and sigma2 must have the same length, got "
                              f"{s.shape[0]} and {y.shape[0]}")
@@ -225,9 +226,9 @@ class TabulatedNoise:
             raise ValueError("sigma2 must hold at least one value > 0 (all zero: no noise)")
         object.__setattr__(self, "staleness", s)
         object.__setattr__(self, "sigma2_values", y)
-        v.choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
+        checks.choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
         if self.counts is not None:
-            c = v.finite_array("counts", self.counts, nonnegative_values=True)
+            c = checks.finite_array("counts", self.counts, nonnegative_values=True)
             if c.shape != s.shape:
                 raise ValueError("counts must have the same length as staleness")
             object.__setattr__(self, "counts", c)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import checks as v
+from . import checks
 from .buffer import SAMPLING_MODES, ReplayIndex
 
 _WORKER, _TRAINER = 0, 1  # event kinds; at equal times insertions are handled first
@@ -122,10 +122,10 @@ def _check(workers, trainers, mu, batch_size, buffer_size, rollouts, refresh_eve
            lifo, sampling, delta, positive_rate, chunk, min_fill, gen_jitter,
            train_jitter) -> _Config:
     """``simulate_pipeline``'s arguments checked against the ranges of its docstring."""
-    w = v.integer("workers", workers, 1)
-    t = v.integer("trainers", trainers, 1)
-    b = v.integer("batch_size", batch_size, 1)
-    n = v.integer("buffer_size", buffer_size, b)
+    w = checks.integer("workers", workers, 1)
+    t = checks.integer("trainers", trainers, 1)
+    b = checks.integer("batch_size", batch_size, 1)
+    n = checks.integer("buffer_size", buffer_size, b)
     shards = t if sharded else 1
     if sharded and b % t:
         raise ValueError(f"batch_size must be a multiple of trainers ({t}) when sharded, "
@@ -133,20 +133,20 @@ def _check(workers, trainers, mu, batch_size, buffer_size, rollouts, refresh_eve
     if sharded and n % t:
         raise ValueError(f"buffer_size must be a multiple of trainers ({t}) when sharded, "
                          f"got {n}")
-    chunk = max(1, b // w) if chunk is None else v.integer("chunk", chunk, 1, n)
+    chunk = max(1, b // w) if chunk is None else checks.integer("chunk", chunk, 1, n)
     if lifo and chunk > n:
         raise ValueError(f"chunk must be <= buffer_size ({n}) with the LIFO queue, got {chunk}")
     return _Config(
-        w=w, t=t, mu=v.positive("mu", mu), b=b, n=n,
-        total=v.integer("rollouts", rollouts, 1),
-        k=v.integer("refresh_every", refresh_every, 1),
-        sampling=v.choice("sampling", sampling, SAMPLING_MODES),
-        delta=v.real("delta", delta, 0.0, 1.0, hi_open=True),
-        p_pos=v.unit_interval("positive_rate", positive_rate), chunk=chunk,
-        fill=b // shards if min_fill is None else v.integer("min_fill", min_fill, 1,
+        w=w, t=t, mu=checks.positive("mu", mu), b=b, n=n,
+        total=checks.integer("rollouts", rollouts, 1),
+        k=checks.integer("refresh_every", refresh_every, 1),
+        sampling=checks.choice("sampling", sampling, SAMPLING_MODES),
+        delta=checks.real("delta", delta, 0.0, 1.0, hi_open=True),
+        p_pos=checks.unit_interval("positive_rate", positive_rate), chunk=chunk,
+        fill=b // shards if min_fill is None else checks.integer("min_fill", min_fill, 1,
                                                              n // shards),
-        shards=shards, lifo=lifo, gen_jitter=v.nonnegative("gen_jitter", gen_jitter),
-        train_jitter=v.nonnegative("train_jitter", train_jitter))
+        shards=shards, lifo=lifo, gen_jitter=checks.nonnegative("gen_jitter", gen_jitter),
+        train_jitter=checks.nonnegative("train_jitter", train_jitter))
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import checks as v
+from . import checks
 from .probes import SCHEMA, UNIT_SEQUENCE
 
 TABLES = tuple(SCHEMA)
@@ -87,7 +87,7 @@ def measure_probe(noise, staleness, drift, g_ref, ref_sq_error: float, drawn, *,
                            probe_step=probe_step, buffer_size=buffer_size,
                            rollouts_per_step=rollouts_per_step, unit=unit)
     for name in tables:
-        v.choice("tables", name, TABLES)
+        checks.choice("tables", name, TABLES)
     agg = _staleness_sums(p.noise, p.staleness)
     out: dict[str, dict[str, np.ndarray]] = {}
     if "noise" in tables:
@@ -120,9 +120,9 @@ def _check_probe_inputs(noise, staleness, drift, g_ref, ref_sq_error: float, *, 
     if np.any(stal < 0):
         raise ValueError("staleness must be >= 0 everywhere")
     g = np.asarray(g_ref, dtype=float)
-    ref_err = v.nonnegative("ref_sq_error", ref_sq_error)
-    n_buf = v.integer("buffer_size", buffer_size, 1)
-    r = v.integer("rollouts_per_step", rollouts_per_step, 1)
+    ref_err = checks.nonnegative("ref_sq_error", ref_sq_error)
+    n_buf = checks.integer("buffer_size", buffer_size, 1)
+    r = checks.integer("rollouts_per_step", rollouts_per_step, 1)
     return _ProbeInputs(noise=e, staleness=stal, drift=dr, g_ref=g, ref_sq_error=ref_err,
                        probe_step=probe_step, buffer_size=n_buf, rollouts_per_step=r,
                        unit=unit)
@@ -238,7 +238,7 @@ def measure_reuse(noise_now, ins_now, noise_then, ins_then, *, probe_step: int, 
         ins_now, ins_then: (n,) and (m,) insertion steps per slot. probe_step: t. gap: g >= 1.
         uses: (n,) training uses of each slot's rollout before t. unit: 0 sequence, 1 group.
     """
-    g = v.integer("gap", gap, 1)
+    g = checks.integer("gap", gap, 1)
     now, then = np.asarray(noise_now, float), np.asarray(noise_then, float)
     ins_now, ins_then = np.asarray(ins_now), np.asarray(ins_then)
     k = min(now.shape[0], then.shape[0])

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import checks as v
+from . import checks
 from .buffer import sync_fifo_slots
 from .probe_measure import concat_rows, measure_contribution, measure_probe, measure_reuse
 from .probes import ProbeSet
@@ -76,7 +76,7 @@ class ReplayResult:
 
     def cost_per_step(self, mu: float) -> np.ndarray:
         """B + mu R per cell, in samples (section 4)."""
-        return self.cells[:, 1] + v.positive("mu", mu) * self.cells[:, 2]
+        return self.cells[:, 1] + checks.positive("mu", mu) * self.cells[:, 2]
 
     def mean_loss(self, expected: bool | None = None) -> np.ndarray:
         """(n, n_lr, n_rec) loss averaged over seeds (the expected loss where available)."""
@@ -92,7 +92,7 @@ class ReplayResult:
 
         NaN where a cell was not simulated that far. ``budget`` in samples, > 0.
         """
-        budget = v.positive("budget", budget)
+        budget = checks.positive("budget", budget)
         at = budget / self.cost_per_step(mu)
         return interpolate_curves(self.record_steps, self.mean_loss(expected), at)
 
@@ -123,9 +123,9 @@ def _check_cells(problem, cells) -> np.ndarray:
         raise ValueError(f"cells must be a list of (N, B, R) triples, got shape {arr.shape}")
     out = np.empty(arr.shape, dtype=np.int64)
     for i, (n, b, r) in enumerate(arr):
-        b = v.integer(f"cells[{i}] batch_size B", b, 1)
-        n = v.integer(f"cells[{i}] buffer_size N", n, 1)
-        r = v.integer(f"cells[{i}] rollouts_per_step R", r, 1)
+        b = checks.integer(f"cells[{i}] batch_size B", b, 1)
+        n = checks.integer(f"cells[{i}] buffer_size N", n, 1)
+        r = checks.integer(f"cells[{i}] rollouts_per_step R", r, 1)
         if n < b:
             raise ValueError(f"cells[{i}] buffer_size N must be >= batch_size B ({b}): a "
                              f"batch is drawn from the buffer; got N = {n}")
@@ -266,20 +266,20 @@ def _check_replay_args(problem, cells, *, steps, lrs, seeds, record_every, probe
     cells = _check_cells(problem, cells)
     n_cells = cells.shape[0]
     step_arr = np.broadcast_to(np.asarray(steps), (n_cells,))
-    step_arr = np.array([v.integer("steps", s, 1) for s in step_arr], dtype=np.int64)
-    lrs = v.finite_array("lrs", lrs)
+    step_arr = np.array([checks.integer("steps", s, 1) for s in step_arr], dtype=np.int64)
+    lrs = checks.finite_array("lrs", lrs)
     if np.any(lrs <= 0):
         raise ValueError(f"lrs must be > 0 everywhere, got {lrs.min()!r}")
-    seeds = v.integer("seeds", seeds, 1)
+    seeds = checks.integer("seeds", seeds, 1)
     t_max = int(step_arr.max())
-    every = max(1, t_max // 200) if record_every is None else v.integer("record_every",
+    every = max(1, t_max // 200) if record_every is None else checks.integer("record_every",
                                                                          record_every, 1)
-    probe_every = v.integer("probe_every", probe_every, 0)
-    minibatch_every = v.integer("minibatch_every", minibatch_every, 0)
-    probe_lr = v.integer("probe_lr", probe_lr, 0, lrs.size - 1)
+    probe_every = checks.integer("probe_every", probe_every, 0)
+    minibatch_every = checks.integer("minibatch_every", minibatch_every, 0)
+    probe_lr = checks.integer("probe_lr", probe_lr, 0, lrs.size - 1)
     if probe_start is not None:
-        probe_start = v.integer("probe_start", probe_start, 0)
-    seed = v.integer("seed", seed, 0)
+        probe_start = checks.integer("probe_start", probe_start, 0)
+    seed = checks.integer("seed", seed, 0)
     record = np.unique(np.concatenate([np.arange(0, t_max + 1, every), step_arr]))
     return _ReplayArgs(cells=cells, steps=step_arr, lrs=lrs, seeds=seeds, record=record,
                        probe_every=probe_every, minibatch_every=minibatch_every,

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize
 
-from . import checks as v
+from . import checks
 from .design import (ON_POLICY, REPLAY, _check_noise, _log_sigma_bar2, _minimise_over_horizon,
                      power_law_optimum)
 from .noise import AVERAGES, PowerLawNoise, a3_notes
@@ -58,7 +58,7 @@ class ConstantReuse:
     c: float
 
     def __post_init__(self):
-        v.unit_interval("c", self.c)
+        checks.unit_interval("c", self.c)
 
     def corr(self, gap) -> np.ndarray:
         """c(g) at gaps g >= 1 (steps), elementwise."""
@@ -68,7 +68,7 @@ class ConstantReuse:
         """S(x) (section 10.2): "discrete" the exact sum (2c/x)(n - n(n+1)/(2x)) with n the
         number of gaps g < x; "continuous" its smooth form c (1 - 1/x)_+ (exact at integer x).
         """
-        v.choice("average", average, AVERAGES)
+        checks.choice("average", average, AVERAGES)
         x = np.asarray(horizon, dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
             if average == "continuous":
@@ -92,8 +92,8 @@ class TabulatedReuse:
     corr_values: tuple
 
     def __post_init__(self):
-        g = v.finite_array("gaps", self.gaps)
-        c = v.finite_array("corr_values", self.corr_values)
+        g = checks.finite_array("gaps", self.gaps)
+        c = checks.finite_array("corr_values", self.corr_values)
         if g.shape != c.shape:
             raise ValueError(f"gaps and corr_values must have the same length, got {g.size} "
                              f"and {c.size}")
@@ -112,7 +112,7 @@ class TabulatedReuse:
         constant there). "continuous": the trapezoid form (2/x) int_0^x (1 - g/x) c(g) dg -
         c(0)/x, exact per segment by Simpson's rule (the integrand is quadratic there), which
         is c (1 - 1/x) for constant c."""
-        v.choice("average", average, AVERAGES)
+        checks.choice("average", average, AVERAGES)
         x = np.asarray(horizon, dtype=float)
         last = float(self.corr_values[-1])
         g_end = int(math.ceil(self.gaps[-1]))
@@ -163,8 +163,8 @@ class ExpContribution:
     per_step: float
 
     def __post_init__(self):
-        v.nonnegative("per_use", self.per_use)
-        v.nonnegative("per_step", self.per_step)
+        checks.nonnegative("per_use", self.per_use)
+        checks.nonnegative("per_step", self.per_step)
 
     @property
     def is_null(self) -> bool:
@@ -180,7 +180,7 @@ class ExpContribution:
         with k = b + (y/x)(1 - e^{-a}) per step, "continuous" (1 - e^{-kx})/(kx), "discrete"
         the average of the step function s -> e^{-k floor(s)} over [0, x]. Exactly 1 when
         a = b = 0."""
-        v.choice("average", average, AVERAGES)
+        checks.choice("average", average, AVERAGES)
         x, y = np.broadcast_arrays(np.asarray(horizon, float), np.asarray(replay_ratio, float))
         if self.is_null:
             return np.ones(x.shape)
@@ -230,12 +230,12 @@ def objective(horizon, replay_ratio, *, mu: float, rho: float, noise, reuse=None
         model's default if None), used for sigma_bar^2, S and f_bar alike.
     Returns: J in units of sigma^2 (arrays broadcast).
     """
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
     _check_noise(noise)
     _check_reuse(reuse)
     _check_contribution(contribution)
-    avg = noise.default_average if average is None else v.choice("average", average, AVERAGES)
+    avg = noise.default_average if average is None else checks.choice("average", average, AVERAGES)
     x = np.asarray(horizon, dtype=float)
     y = np.asarray(replay_ratio, dtype=float)
     if np.any(~np.isfinite(y)) or np.any(y <= 0):
@@ -249,8 +249,8 @@ def objective(horizon, replay_ratio, *, mu: float, rho: float, noise, reuse=None
 def optimal_replay_ratio(horizon, *, mu: float, rho: float, reuse=None,
                          average: str = "discrete") -> np.ndarray:
     """y*(x) = sqrt(mu / (rho + 1/x + S(x))) without a contribution term (section 10.3)."""
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
     x = np.asarray(horizon, dtype=float)
     with np.errstate(divide="ignore"):
         return np.sqrt(mu / (rho + 1.0 / x + _pair_sum(_check_reuse(reuse), x, average)))
@@ -265,10 +265,10 @@ def power_law_reuse_optimum(mu: float, rho: float, alpha: float, c: float):
     x* = (1 - c) y*^2 / (2 alpha (mu + y*)). The form holds where x* >= 1 (below, S = 0 and
     section 5 applies); c = 1 gives x* = 0. Returns (x*, y*) as floats.
     """
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
-    alpha = v.nonnegative("alpha", alpha)
-    c = v.unit_interval("c", c)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
+    alpha = checks.nonnegative("alpha", alpha)
+    c = checks.unit_interval("c", c)
     rho_c = rho + c
     if rho_c <= 1:
         x1, y = power_law_optimum(mu, rho_c, alpha)
@@ -387,12 +387,12 @@ def optimal_design(mu: float, rho: float, noise, *, reuse=None, contribution=Non
             contribution, when its x* >= 1; else numeric), "numeric" or "closed_form".
     Returns: ``ReuseDesign``. Without reuse and contribution it equals section 5's optimum.
     """
-    mu = v.positive("mu", mu)
-    rho = v.unit_interval("rho", rho)
+    mu = checks.positive("mu", mu)
+    rho = checks.unit_interval("rho", rho)
     _check_noise(noise)
     reuse, contribution = _check_reuse(reuse), _check_contribution(contribution)
-    method = v.choice("method", method, ("auto", "numeric", "closed_form"))
-    avg = noise.default_average if average is None else v.choice("average", average, AVERAGES)
+    method = checks.choice("method", method, ("auto", "numeric", "closed_form"))
+    avg = noise.default_average if average is None else checks.choice("average", average, AVERAGES)
     c_const = 0.0 if reuse is None else getattr(reuse, "c", None)
     closed_ok = (isinstance(noise, PowerLawNoise) and avg == "continuous"
                  and c_const is not None and contribution is None)

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import checks as v
+from . import checks
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,14 @@ class QuadraticProblem:
     smoothness = 1.0
 
     def __post_init__(self):
-        v.integer("dim", self.dim, 1)
-        v.nonnegative("alpha", self.alpha)
-        v.positive("tau", self.tau)
-        v.unit_interval("rho", self.rho)
-        v.unit_interval("kappa", self.kappa)
-        v.positive("f0", self.f0)
-        v.nonnegative("staleness_offset", self.staleness_offset)
-        v.integer("reference_samples", self.reference_samples, 0)
+        checks.integer("dim", self.dim, 1)
+        checks.nonnegative("alpha", self.alpha)
+        checks.positive("tau", self.tau)
+        checks.unit_interval("rho", self.rho)
+        checks.unit_interval("kappa", self.kappa)
+        checks.positive("f0", self.f0)
+        checks.nonnegative("staleness_offset", self.staleness_offset)
+        checks.integer("reference_samples", self.reference_samples, 0)
 
     def to_dict(self) -> dict:
         return {"problem": self.name, **asdict(self)}

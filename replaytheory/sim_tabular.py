@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import checks as v
+from . import checks
 
 # The LLM harness's names (llm_experiments.losses.LOSSES) for the same objectives; repeated
 # here because replaytheory must not import the harness.
@@ -73,22 +73,22 @@ class TabularProblem:
     name = "tabular"
 
     def __post_init__(self):
-        v.choice("loss", self.loss, LOSSES)
-        v.integer("n_prompts", self.n_prompts, 1)
-        v.integer("n_answers", self.n_answers, 2)
-        v.integer("group_size", self.group_size, 2)
-        v.choice("reward_model", self.reward_model, ("bernoulli", "binary"))
+        checks.choice("loss", self.loss, LOSSES)
+        checks.integer("n_prompts", self.n_prompts, 1)
+        checks.integer("n_answers", self.n_answers, 2)
+        checks.integer("group_size", self.group_size, 2)
+        checks.choice("reward_model", self.reward_model, ("bernoulli", "binary"))
         if len(self.reward_beta) != 2:
             raise ValueError(f"reward_beta must be a pair (a, b), got {self.reward_beta!r}")
-        v.positive("reward_beta[0]", self.reward_beta[0])
-        v.positive("reward_beta[1]", self.reward_beta[1])
-        v.integer("n_correct", self.n_correct, 1, self.n_answers - 1)
-        v.nonnegative("init_scale", self.init_scale)
-        v.real("clip", self.clip, 0.0, 1.0, lo_open=True, hi_open=True)
-        v.positive("truncation", self.truncation)
-        v.real("dv", self.dv)
-        v.integer("reference_groups", self.reference_groups, 2)
-        v.integer("problem_seed", self.problem_seed, 0)
+        checks.positive("reward_beta[0]", self.reward_beta[0])
+        checks.positive("reward_beta[1]", self.reward_beta[1])
+        checks.integer("n_correct", self.n_correct, 1, self.n_answers - 1)
+        checks.nonnegative("init_scale", self.init_scale)
+        checks.real("clip", self.clip, 0.0, 1.0, lo_open=True, hi_open=True)
+        checks.positive("truncation", self.truncation)
+        checks.real("dv", self.dv)
+        checks.integer("reference_groups", self.reference_groups, 2)
+        checks.integer("problem_seed", self.problem_seed, 0)
 
     def to_dict(self) -> dict:
         return {"problem": self.name, **asdict(self)}

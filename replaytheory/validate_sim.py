@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import checks as v
+from . import checks
 from .calibrate import Calibration, calibrate
 from .io import write_json
 from .pipeline_sim import simulate_pipeline
@@ -166,7 +166,7 @@ def _tabular_spec(loss, t0, seeds, rollouts, horizons, b, lrs, probe_steps, prob
 
 def preset(name: str = "small") -> Settings:
     """Validation settings: "small" (minutes on 2 cores), "full" (the reported run), "tiny"."""
-    v.choice("preset", name, ("tiny", "small", "full"))
+    checks.choice("preset", name, ("tiny", "small", "full"))
     tab_lrs = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
     if name == "tiny":
         quad = replace(_quadratic_spec(60, 1, (16, 8, 4), (1, 2, 4, 8), 16, 120, probe_r=8),
@@ -503,7 +503,7 @@ def run_validation(out_dir: str, settings: Settings | None = None, *,
     (layout: ``sim_records``). The figures are drawn from them by
     ``python -m figures.sim_validation OUT_DIR``."""
     settings = preset("small") if settings is None else settings
-    v.real("regret_factor", settings.regret_factor, 1.0, math.inf, lo_open=True)
+    checks.real("regret_factor", settings.regret_factor, 1.0, math.inf, lo_open=True)
     os.makedirs(out_dir, exist_ok=True)
     variants = tuple(run_variant(spec, settings.mus, regret_factor=settings.regret_factor,
                                  seed=settings.seed, out_dir=out_dir, log=log)

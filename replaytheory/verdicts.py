@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from . import checks as v
+from . import checks
 from .analysis import spearman
 
 BETTER = ("max", "min")
@@ -68,7 +68,7 @@ class Verdict:
 def interval(samples, level: float = 0.9) -> Interval:
     """Median and central ``level`` interval (in (0, 1)) of samples; inf values are kept
     (a regret of inf = the cell never reached the target in that draw), NaN dropped."""
-    level = v.real("level", level, 0.0, 1.0, lo_open=True, hi_open=True)
+    level = checks.real("level", level, 0.0, 1.0, lo_open=True, hi_open=True)
     x = np.asarray(samples, dtype=float)
     x = x[~np.isnan(x)]
     if x.size == 0:
@@ -80,8 +80,8 @@ def interval(samples, level: float = 0.9) -> Interval:
 def seed_draws(n_seeds: int, draws: int, seed: int) -> np.ndarray:
     """(draws, n_seeds) seed indices drawn with replacement; the first draw is the identity
     (the observed data), so verdicts always include the point estimate's own draw."""
-    n_seeds = v.integer("n_seeds", n_seeds, 1)
-    draws = v.integer("draws", draws, 1)
+    n_seeds = checks.integer("n_seeds", n_seeds, 1)
+    draws = checks.integer("draws", draws, 1)
     idx = np.random.default_rng(seed).integers(0, n_seeds, size=(draws, n_seeds))
     idx[0] = np.arange(n_seeds)
     return idx
@@ -90,7 +90,7 @@ def seed_draws(n_seeds: int, draws: int, seed: int) -> np.ndarray:
 def scores_per_draw(table, idx: np.ndarray, better: str) -> np.ndarray:
     """(cells, draws) cell scores: per draw, each cell's median over the drawn seeds at the
     learning rate whose median is best in that draw. NaN where a cell has no run."""
-    better = v.choice("better", better, BETTER)
+    better = checks.choice("better", better, BETTER)
     t = np.asarray(table, dtype=float)
     if t.ndim != 3:
         raise ValueError(f"table must be (cells, learning rates, seeds), got {t.shape}")
@@ -164,7 +164,7 @@ def gate_distribution(table, better: str, halvings: int = 200, seed: int = 0,
     Spearman between the two halves' cell scores (learning rate chosen within each half);
     ``replaytheory.analysis.split_half_spearman`` is its mean over balanced splits."""
     t = np.asarray(table, dtype=float)
-    halvings = v.integer("halvings", halvings, 1)
+    halvings = checks.integer("halvings", halvings, 1)
     rng = np.random.default_rng(seed)
     values = [_one_split(t, rng.permutation(t.shape[2]), better) for _ in range(halvings)]
     return interval(values, level)
@@ -182,7 +182,7 @@ def leave_one_seed_out(table, better: str, groups) -> np.ndarray:
     indices, e.g. the cells of one horizon), the score on seed s of the (cell, learning rate)
     of the group whose median over the other seeds is best. NaN where that run is missing or
     the group has no run on the other seeds. Needs at least 2 seeds."""
-    better = v.choice("better", better, BETTER)
+    better = checks.choice("better", better, BETTER)
     t = np.asarray(table, dtype=float)
     n = t.shape[2]
     if n < 2:
@@ -226,8 +226,8 @@ def paired_difference(a, b, better: str, level: float = 0.9) -> PairedDifference
     """Compare per-seed scores ``a`` and ``b`` (same seeds; NaN pairs dropped): the
     difference a - b for scores to maximise, b - a for scores to minimise (compute to a
     target), with a Student-t interval at ``level`` in (0, 1) (theory.md section 8.3)."""
-    better = v.choice("better", better, BETTER)
-    level = v.real("level", level, 0.0, 1.0, lo_open=True, hi_open=True)
+    better = checks.choice("better", better, BETTER)
+    level = checks.real("level", level, 0.0, 1.0, lo_open=True, hi_open=True)
     a, b = np.asarray(a, float), np.asarray(b, float)
     keep = ~(np.isnan(a) | np.isnan(b))
     with np.errstate(invalid="ignore"):

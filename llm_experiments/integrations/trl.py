@@ -49,7 +49,7 @@ from packaging.version import Version
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from replaytheory import checks as v
+from replaytheory import checks
 from replaytheory.buffer import SAMPLING_MODES
 
 from ..buffer import Rollout, RolloutBuffer
@@ -197,11 +197,11 @@ class ReplaySettings:
     seed: int = 0
 
     def __post_init__(self):
-        v.integer("buffer_size", self.buffer_size, 1)
-        v.integer("batch_size", self.batch_size, 1)
-        v.choice("sampling", self.sampling, SAMPLING_MODES)
-        v.real("delta", self.delta, 0.0, 1.0, hi_open=True)
-        v.integer("seed", self.seed, 0)
+        checks.integer("buffer_size", self.buffer_size, 1)
+        checks.integer("batch_size", self.batch_size, 1)
+        checks.choice("sampling", self.sampling, SAMPLING_MODES)
+        checks.real("delta", self.delta, 0.0, 1.0, hi_open=True)
+        checks.integer("seed", self.seed, 0)
 
     def harness_config(self, rollouts_per_step: int, group_size: int):
         """The harness ``Config`` of these settings at R rollouts per step and group size G
@@ -261,7 +261,7 @@ def trl_config(rec, num_generations: int, *, sampling: str = "with_replacement",
     Raises ValueError for an asynchronous recommendation (W/T split): ``GRPOTrainer`` is
     synchronous.
     """
-    g = v.integer("num_generations", num_generations, 2)
+    g = checks.integer("num_generations", num_generations, 2)
     if rec.workers is not None:
         raise ValueError("trl_config needs a synchronous recommendation (optimal_config with "
                          "gpus=None): GRPOTrainer generates and trains in turn, it has no "

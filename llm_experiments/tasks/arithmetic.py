@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replaytheory import checks as v
+from replaytheory import checks
 
 from . import Problem
 
@@ -22,10 +22,10 @@ class AdditionTask:
     name = "addition"
 
     def __init__(self, digits: int = 2, eval_size: int = 200, eval_seed: int = 1234):
-        self.digits = v.integer("task.digits", digits, 1, 9)
+        self.digits = checks.integer("task.digits", digits, 1, 9)
         self.base = 10 ** self.digits
         n_pairs = self.base ** 2
-        self.eval_size = v.integer("task.eval_size", eval_size, 1, n_pairs // 2)
+        self.eval_size = checks.integer("task.eval_size", eval_size, 1, n_pairs // 2)
         rng = np.random.default_rng(eval_seed)
         eval_ids = rng.choice(n_pairs, self.eval_size, replace=False) if n_pairs < 2**24 \
             else np.unique(rng.integers(0, n_pairs, self.eval_size * 2))[:self.eval_size]
