@@ -41,7 +41,7 @@ from .design import ON_POLICY, REPLAY, Design, objective, optimal_design
 from .integer_search import (RowMinima, Rows, async_rows, at_horizon, minimise_rows,
                              nearest_horizon, sync_rows)
 from .noise import NoiseModel, PowerLawNoise, TabulatedNoise
-from .reuse import ConstantReuse, ReuseDesign, TabulatedReuse, _check_contribution, variant_name
+from .reuse import ConstantReuse, TabulatedReuse, _check_contribution, variant_name
 from .reuse import objective as reuse_objective
 from .reuse import optimal_design as reuse_optimal_design
 
@@ -90,7 +90,7 @@ class ReplayRecommendation:
             measured staleness + 1); None for a parametric noise model.
         variant: the objective's model, "standard" (section 5) or one of
             ``reuse.VARIANTS`` (section 10). explanation: a short human summary. design: the
-            continuous optimum (``Design``, or ``ReuseDesign`` for a section 10 variant).
+            continuous optimum (``design.Design``; its ``variant`` is this one's).
         notes: caveats.
         at_nb_edge: a replay answer with N = B (the smallest buffer a batch can be drawn
             from; x = y).
@@ -126,7 +126,7 @@ class ReplayRecommendation:
     measured_horizon: float | None
     variant: str
     explanation: str
-    design: Design | ReuseDesign
+    design: Design
     notes: tuple[str, ...] = field(default=())
     at_nb_edge: bool = False
     horizon_capped: bool = False

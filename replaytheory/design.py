@@ -15,29 +15,32 @@ For fixed x the optimal y is y*(x) = sqrt(mu / (rho + 1/x)), and x* minimises th
 sigma_bar^2(x) (1/sqrt(mu) + sqrt(rho + 1/x))^2. ``optimal_design`` does this for any noise
 model numerically and, for the power law with the continuous average, also in closed form.
 
+One search serves every asymptotic design: ``search_design`` takes an objective
+(``Section5Objective`` here, ``reuse.ReuseObjective`` for section 10's variants) and returns
+one result type, ``Design``, whose caveats are ``Caveat`` flags (``notes`` words them).
+
 Finite step size: ``finite_lr_design`` minimises the Theorem's full bound (section 4), kappa
 term included, at a fixed batch size and compute budget, over (x, y) and, if asked, eta.
 """
 
 from __future__ import annotations
 
+import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
 
 from . import checks
 from .bound import BoundResult, bound_value, convergence_bound, step_size_limit
-from .noise import NoiseModel, PowerLawNoise, a3_notes
+from .noise import A3_NOTE, AVERAGES, NoiseModel, PowerLawNoise, a3_notes
+from .search import (LOG_X_GRID, BoxOptimum, SearchBox, minimise_in_box,
+                     minimise_over_horizon)
 
 ON_POLICY = "on-policy"
 REPLAY = "replay"
-
-# Search range of the horizon x (steps), in log space: wide enough for the on-policy corner
-# of alpha just below 1/2 (x* ~ 1e-8) and for alpha near 0 (x* ~ 1e5 and beyond).
-_LOG_X_LO, _LOG_X_HI = math.log(1e-30), math.log(1e15)
-_LOG_X_GRID = np.linspace(_LOG_X_LO, _LOG_X_HI, 1801)
+STANDARD = "standard"  # section 5's objective, no section 10 term: a design's ``variant``
+METHODS = ("auto", "numeric", "closed_form")
 
 
 def _check_noise(noise) -> NoiseModel:
@@ -155,11 +158,29 @@ def power_law_optimum(mu, rho, alpha):
     return x, y
 
 
+class Caveat(enum.Enum):
+    """What a design's numbers cannot say on their own (``Design.caveats``); ``Design.notes``
+    gives each as a sentence."""
+
+    A3_BROKEN = "a3_broken"  # sigma^2 decreases somewhere: the theorem does not cover it
+    HORIZON_AT_SEARCH_EDGE = "horizon_at_search_edge"  # x* on a side of the 2-D search box
+    REPLAY_RATIO_AT_SEARCH_EDGE = "replay_ratio_at_search_edge"  # y* likewise
+    AT_MEASURED_EDGE = "at_measured_edge"  # x* at a noise table's longest horizon
+    UNBOUNDED = "unbounded"  # J keeps falling as x grows: x* = inf
+    NOISE_TOO_STEEP = "noise_too_steep"  # power law with alpha >= 1/2: on-policy
+    DEGENERATE = "degenerate"  # J(x*, y*) = 0 (sigma(0) = 0, discrete average)
+    NO_ON_POLICY_REFERENCE = "no_on_policy_reference"  # J(1, 1) = 0: j_ratio undefined
+
+
 @dataclass(frozen=True)
 class Design:
-    """The continuous optimum of section 5 and what it implies.
+    """The continuous optimum of a design objective and what it implies: section 5's J
+    (``variant`` "standard") or one of section 10's reuse-aware ones.
 
     Attributes:
+        variant: "standard" or one of ``reuse.VARIANTS``. mu, rho: the inputs.
+        noise: the noise model's dict. average: sigma_bar^2 average used.
+        method: "closed_form" or "numeric".
         horizon: x* = N/R in steps; below 1 signals the on-policy regime; 0 means the infimum
             is at x -> 0 (e.g. alpha >= 1/2); inf means "as long as allowed" (e.g. alpha = 0).
         replay_ratio: y* = B/R, average uses per rollout.
@@ -169,10 +190,14 @@ class Design:
         predicted_saving: 1 - j_ratio, the predicted fraction of compute saved against
             on-policy training to reach the same bound (section 5).
         regime: "on-policy" (x* < 1) or "replay".
-        method: "closed_form" or "numeric". average: sigma_bar^2 average used.
-        notes: caveats (assumption A3 broken, degenerate model, unbounded optimum).
+        reuse, contribution: the section 10 terms' dicts (None if absent).
+        pair_sum: S(x*) (0 without a reuse term). contribution_mean: f_bar(x*, y*) (1
+            without a contribution term).
+        search_box: where the two-dimensional search looked (None if it did not run).
+        caveats: ``Caveat`` members, in their declaration order; ``notes`` says them.
     """
 
+    variant: str
     mu: float
     rho: float
     noise: dict
@@ -185,19 +210,213 @@ class Design:
     j_ratio: float
     predicted_saving: float
     regime: str
-    notes: tuple[str, ...] = field(default=())
+    reuse: dict | None = None
+    contribution: dict | None = None
+    pair_sum: float = 0.0
+    contribution_mean: float = 1.0
+    search_box: SearchBox | None = None
+    caveats: tuple[Caveat, ...] = ()
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The caveats as sentences for people (derived from ``caveats``)."""
+        return tuple(self._note(c) for c in self.caveats)
+
+    def _note(self, caveat: Caveat) -> str:
+        box = self.search_box
+        if caveat is Caveat.A3_BROKEN:
+            return A3_NOTE
+        if caveat is Caveat.HORIZON_AT_SEARCH_EDGE:
+            return (f"the horizon optimum lies on the edge of its search range "
+                    f"[{box.x_lo:.3g}, {box.x_hi:.3g}]")
+        if caveat is Caveat.REPLAY_RATIO_AT_SEARCH_EDGE:
+            return (f"the replay_ratio optimum lies on the edge of its search range "
+                    f"[{box.y_lo:.3g}, {box.y_hi:.3g}]")
+        if caveat is Caveat.AT_MEASURED_EDGE:
+            return measured_edge_note(self.horizon)
+        return _FIXED_NOTES[caveat]
 
     def to_dict(self) -> dict:
-        return {k: (list(val) if isinstance(val, tuple) else val)
-                for k, val in self.__dict__.items()}
+        d = {k: val for k, val in self.__dict__.items() if k not in ("search_box", "caveats")}
+        d["search_box"] = None if self.search_box is None else self.search_box.to_dict()
+        d["caveats"] = [c.value for c in self.caveats]
+        d["notes"] = list(self.notes)
+        return d
 
 
-def _numeric_optimum(mu, rho, noise, average, x_max=math.inf):
-    """argmin over x <= x_max of the profile min_y J(x, y) (section 5)."""
-    c = 1.0 / math.sqrt(mu)
-    return _minimise_over_horizon(
-        lambda u: _log_sigma_bar2(noise, np.exp(u), average)
-        + 2 * np.log(c + np.sqrt(rho + np.exp(-u))), x_max)
+_FIXED_NOTES = {
+    Caveat.UNBOUNDED: "the objective keeps falling as the horizon grows (noise does not grow "
+                      "with staleness): the best buffer is as large as other limits allow",
+    Caveat.NOISE_TOO_STEEP: "alpha >= 1/2: staleness noise grows too fast for any buffer to "
+                            "pay off",
+    Caveat.DEGENERATE: "the objective vanishes at short horizons (sigma(0) = 0 with the "
+                       "discrete average): the design is degenerate; use the continuous "
+                       "average or a model with sigma(0) > 0",
+    Caveat.NO_ON_POLICY_REFERENCE: "sigma_bar^2(1) = 0 under this model and average (sigma(0) "
+                                   "= 0): the on-policy reference J(1, 1) vanishes and the "
+                                   "ratio is undefined",
+}
+
+
+def measured_edge_note(x_max: float) -> str:
+    """The caveat of an optimum at a measured noise table's longest horizon ``x_max`` (steps;
+    theory.md section 4.6): a lower bound, not an optimum."""
+    return (f"the optimum sits at the longest measured horizon ({x_max:g} steps): the table "
+            "cannot tell whether a longer horizon is better; measure longer staleness or use "
+            "a parametric model")
+
+
+@dataclass(frozen=True)
+class Section5Objective:
+    """Section 5's J(x, y) as ``search_design`` sees it. Section 10's objectives
+    (``reuse.ReuseObjective``) override the methods whose answer changes with their terms.
+
+    mu > 0, rho in [0, 1], a noise model and its sigma_bar^2 average ("discrete" or
+    "continuous"), all checked by the caller.
+    """
+
+    mu: float
+    rho: float
+    noise: NoiseModel
+    average: str
+
+    # Why method="closed_form" was refused: the closed form's preconditions.
+    closed_form_requirement = ("method='closed_form' needs a PowerLawNoise with "
+                               "average='continuous'")
+
+    @property
+    def variant(self) -> str:
+        return STANDARD
+
+    @property
+    def x_max(self) -> float:
+        """The longest horizon searched (steps): a noise table's measured range, else inf."""
+        return float(getattr(self.noise, "max_horizon", math.inf))
+
+    @property
+    def profiled(self) -> bool:
+        """y*(x) is known in closed form, so the search runs over x alone."""
+        return True
+
+    def value(self, x, y) -> np.ndarray:
+        """J(x, y), vectorised (section 5)."""
+        return objective(x, y, mu=self.mu, rho=self.rho, noise=self.noise,
+                         average=self.average)
+
+    def log_value(self, x, y) -> np.ndarray:
+        """log J(x, y), +inf where J is not finite and positive (the two-dimensional search)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.log(self.value(x, y))
+        return np.where(np.isfinite(out), out, np.inf)
+
+    def log_profile(self, u) -> np.ndarray:
+        """log min_y J(e^u, y) = log sigma_bar^2(x) + 2 log(1/sqrt(mu) + sqrt(rho + 1/x))."""
+        c = 1.0 / math.sqrt(self.mu)
+        return (_log_sigma_bar2(self.noise, np.exp(u), self.average)
+                + 2 * np.log(c + np.sqrt(self.rho + np.exp(-u))))
+
+    def closed_form(self) -> tuple[float, float] | None:
+        """(x*, y*) of ``power_law_optimum``, or None where it does not apply."""
+        if isinstance(self.noise, PowerLawNoise) and self.average == "continuous":
+            return power_law_optimum(self.mu, self.rho, self.noise.alpha)
+        return None
+
+    def closed_form_holds(self, horizon: float) -> bool:
+        """Whether the closed form's x* = ``horizon`` is the optimum (always, in section 5)."""
+        return True
+
+    def ratio_at(self, horizon: float) -> float:
+        """y*(x) at the searched x* (0 at x = 0; its limit sqrt(mu / rho) at x = inf)."""
+        if horizon == 0.0:
+            return 0.0
+        if math.isinf(horizon):
+            return math.sqrt(self.mu / self.rho) if self.rho > 0 else math.inf
+        return float(optimal_replay_ratio(horizon, mu=self.mu, rho=self.rho))
+
+    def value_at(self, horizon: float, replay_ratio: float, on_policy_value: float) -> float:
+        """J at the optimum, its limits at x = 0 (the profile at the grid's shortest
+        horizons) and x or y = inf (sigma_bar^2 far out times the profile's limit)."""
+        if horizon == 0.0:
+            x = np.exp(LOG_X_GRID[:3])
+            return float(np.exp(np.min(_log_sigma_bar2(self.noise, x, self.average) + 2 * np.log(
+                1 / math.sqrt(self.mu) + np.sqrt(self.rho + 1 / x)))))
+        if math.isinf(horizon) or math.isinf(replay_ratio):
+            return float(np.exp(_log_sigma_bar2(self.noise, 1e15, self.average))
+                         * (1 / math.sqrt(self.mu) + math.sqrt(self.rho)) ** 2)
+        return float(self.value(horizon, replay_ratio))
+
+    def terms_at(self, horizon: float, replay_ratio: float) -> tuple[float, float]:
+        """(S(x*), f_bar(x*, y*)): no reuse term, no contribution term."""
+        return 0.0, 1.0
+
+    def term_dicts(self) -> tuple[dict | None, dict | None]:
+        """The (reuse, contribution) models' dicts."""
+        return None, None
+
+
+def search_design(model: Section5Objective, method: str = "auto") -> Design:
+    """The optimum (x*, y*) of a design objective and its ``Design`` (theory.md sections 5
+    and 10).
+
+    ``model``: ``Section5Objective`` or ``reuse.ReuseObjective``, checked. ``method``: "auto"
+    (the model's closed form where it has one and it holds, else numeric), "numeric" or
+    "closed_form" (ValueError if the model has none). Numeric: over x with y*(x) in closed
+    form when ``model.profiled``, else over (x, y) in a box (``search.minimise_in_box``).
+    """
+    method = checks.choice("method", method, METHODS)
+    closed = model.closed_form()
+    if method == "closed_form" and closed is None:
+        raise ValueError(model.closed_form_requirement)
+    used, box = "numeric", None
+    caveats = {Caveat.A3_BROKEN} if not model.noise.satisfies_a3 else set()
+    if closed is not None and method != "numeric":
+        x, y = closed
+        if method == "closed_form" or model.closed_form_holds(x):
+            used = "closed_form"
+    if used == "numeric" and model.profiled:
+        x = minimise_over_horizon(model.log_profile, model.x_max)
+        y = model.ratio_at(x)
+    elif used == "numeric":
+        box = SearchBox(x_lo=1e-3, x_hi=min(model.x_max, 1e6), y_lo=1e-3, y_hi=1e4)
+        opt = minimise_in_box(model.log_value, box, points=241, xatol=1e-10, fatol=1e-13)
+        if opt is None:
+            raise ValueError("the reuse-aware objective is not finite at any (x, y)")
+        x, y = opt.horizon, opt.replay_ratio
+        caveats |= {Caveat.HORIZON_AT_SEARCH_EDGE} if opt.horizon_at_edge else set()
+        caveats |= {Caveat.REPLAY_RATIO_AT_SEARCH_EDGE} if opt.ratio_at_edge else set()
+    if math.isfinite(model.x_max) and x >= model.x_max * (1 - 1e-9):
+        caveats.add(Caveat.AT_MEASURED_EDGE)
+    if math.isinf(x):
+        caveats.add(Caveat.UNBOUNDED)
+    if isinstance(model.noise, PowerLawNoise) and model.noise.alpha >= 0.5:
+        caveats.add(Caveat.NOISE_TOO_STEEP)
+    return _design_at(model, x, y, method=used, box=box, caveats=caveats)
+
+
+def _design_at(model: Section5Objective, x: float, y: float, *, method: str,
+               box: SearchBox | None, caveats: set) -> Design:
+    """The ``Design`` of the optimum (x, y): J there against on-policy's J(1, 1)."""
+    j_on = float(model.value(1.0, 1.0))
+    j_star = model.value_at(x, y, j_on)
+    if j_star == 0.0:
+        caveats.add(Caveat.DEGENERATE)
+    regime = ON_POLICY if x < 1.0 else REPLAY
+    if regime == ON_POLICY:
+        j_ratio = 1.0
+    elif j_on > 0:
+        j_ratio = j_star / j_on
+    else:
+        j_ratio = math.nan
+        caveats.add(Caveat.NO_ON_POLICY_REFERENCE)
+    pair_sum, contribution_mean = model.terms_at(x, y)
+    reuse, contribution = model.term_dicts()
+    return Design(variant=model.variant, mu=model.mu, rho=model.rho,
+                  noise=model.noise.to_dict(), average=model.average, method=method,
+                  horizon=float(x), replay_ratio=float(y), objective=j_star,
+                  on_policy_objective=j_on, j_ratio=j_ratio, predicted_saving=1.0 - j_ratio,
+                  regime=regime, reuse=reuse, contribution=contribution, pair_sum=pair_sum,
+                  contribution_mean=contribution_mean, search_box=box,
+                  caveats=tuple(c for c in Caveat if c in caveats))
 
 
 def optimal_horizon(replay_ratio: float, *, mu: float, rho: float, noise: NoiseModel,
@@ -212,62 +431,9 @@ def optimal_horizon(replay_ratio: float, *, mu: float, rho: float, noise: NoiseM
     checks.positive("mu", mu)
     rho = checks.unit_interval("rho", rho)
     avg = _check_noise(noise).default_average if average is None else average
-    return _minimise_over_horizon(
+    return minimise_over_horizon(
         lambda u: _log_sigma_bar2(noise, np.exp(u), avg) + np.log(1 / y + rho + np.exp(-u)),
         x_max)
-
-
-def _minimise_over_horizon(log_objective, x_max=math.inf):
-    """argmin over x = e^u <= x_max of a log objective: log grid, Brent, first-order polish.
-
-    Returns 0.0 when the infimum is at x -> 0 and ``x_max`` when the objective keeps falling.
-    """
-    def log_profile(u):
-        val = log_objective(np.asarray(u, dtype=float))
-        return np.where(np.isnan(val), np.inf, val)
-
-    grid = _LOG_X_GRID
-    if math.isfinite(x_max):
-        grid = np.append(grid[grid < math.log(x_max)], math.log(x_max))
-    vals = log_profile(grid)
-    i = int(np.argmin(vals))
-    if vals[i] == -np.inf:
-        # sigma_bar^2 vanishes (power law, discrete average, H <= 1): J = 0 on a whole
-        # interval; return its right end, the longest horizon with zero objective.
-        return float(np.exp(grid[np.flatnonzero(vals == -np.inf)[-1]]))
-    if not np.isfinite(vals[i]):
-        raise ValueError("the noise model gives no finite objective at any horizon")
-    # Ties within rounding at an end of the range mean the profile is flat there (e.g. the
-    # noise stops growing): report the limit rather than an arbitrary far-out grid point.
-    capped = math.isfinite(x_max) and i == grid.size - 1
-    if capped:
-        # The cap is the last grid point: the optimum lies between its neighbour and the cap
-        # (the polish below keeps whichever is lower, the cap included).
-        lo, hi = grid[i - 1], grid[i]
-    elif vals[-1] - vals[i] <= 1e-12:
-        return x_max
-    elif i == 0 or vals[0] - vals[i] <= 1e-12:
-        return 0.0
-    else:
-        lo, hi = grid[i - 1], grid[i + 1]
-    res = optimize.minimize_scalar(lambda u: float(log_profile(u)), bounds=(lo, hi),
-                                   method="bounded", options={"xatol": 1e-12})
-    best = float(res.x)
-    h = 1e-6
-
-    def slope(u):
-        return float(log_profile(u + h) - log_profile(u - h)) / (2 * h)
-
-    if capped and log_profile(hi) <= log_profile(best):
-        best = hi
-    try:
-        if slope(lo) < 0 < slope(hi):
-            root = optimize.brentq(slope, lo, hi, xtol=1e-14, rtol=1e-15)
-            if log_profile(root) <= log_profile(best) + 1e-13:
-                best = root
-    except (ValueError, RuntimeError):
-        pass
-    return float(x_max) if capped and best == hi else float(math.exp(best))
 
 
 def optimal_design(mu: float, rho: float, noise: NoiseModel, *, average: str | None = None,
@@ -285,91 +451,16 @@ def optimal_design(mu: float, rho: float, noise: NoiseModel, *, average: str | N
             numeric), "numeric" (any model) or "closed_form" (power law only).
 
     Returns:
-        ``Design``. x* below 1 step is a valid answer: the on-policy regime.
-        ``optimal_config`` turns it into integers and a GPU split.
+        ``Design`` (variant "standard"). x* below 1 step is a valid answer: the on-policy
+        regime. ``optimal_config`` turns it into integers and a GPU split.
     """
     mu = checks.positive("mu", mu)
     rho = checks.unit_interval("rho", rho)
     _check_noise(noise)
-    method = checks.choice("method", method, ("auto", "numeric", "closed_form"))
+    method = checks.choice("method", method, METHODS)
     avg = noise.default_average if average is None else checks.choice(
-        "average", average, ("discrete", "continuous"))
-    closed_ok = isinstance(noise, PowerLawNoise) and avg == "continuous"
-    if method == "closed_form" and not closed_ok:
-        raise ValueError("method='closed_form' needs a PowerLawNoise with average='continuous'")
-    if method == "auto":
-        method = "closed_form" if closed_ok else "numeric"
-    notes = list(a3_notes(noise))
-    x, y = _optimum(mu, rho, noise, avg, method, notes)
-    return _design_at(x, y, mu=mu, rho=rho, noise=noise, average=avg, method=method,
-                      notes=notes)
-
-
-def _measured_edge_note(x_max: float) -> str:
-    """The caveat of an optimum at a measured noise table's longest horizon ``x_max`` (steps;
-    theory.md section 4.6): a lower bound, not an optimum."""
-    return (f"the optimum sits at the longest measured horizon ({x_max:g} steps): the table "
-            "cannot tell whether a longer horizon is better; measure longer staleness or use "
-            "a parametric model")
-
-
-def _optimum(mu, rho, noise, avg, method, notes):
-    """(x*, y*) by the closed form or numerically (section 5); appends caveats to notes."""
-    if method == "closed_form":
-        x, y = power_law_optimum(mu, rho, noise.alpha)
-    else:
-        x_max = float(getattr(noise, "max_horizon", math.inf))
-        x = _numeric_optimum(mu, rho, noise, avg, x_max)
-        if math.isfinite(x_max) and x >= x_max:
-            notes.append(_measured_edge_note(x_max))
-        if x == 0.0:
-            y = 0.0
-        elif math.isinf(x):
-            y = math.sqrt(mu / rho) if rho > 0 else math.inf
-        else:
-            y = float(optimal_replay_ratio(x, mu=mu, rho=rho))
-    if math.isinf(x):
-        notes.append("the objective keeps falling as the horizon grows (noise does not grow "
-                     "with staleness): the best buffer is as large as other limits allow")
-    if isinstance(noise, PowerLawNoise) and noise.alpha >= 0.5:
-        notes.append("alpha >= 1/2: staleness noise grows too fast for any buffer to pay off")
-    return x, y
-
-
-def _design_at(x, y, *, mu, rho, noise, average, method, notes) -> Design:
-    """The ``Design`` record of the optimum (x, y): J there against on-policy's J(1, 1)."""
-    j_on = float(objective(1.0, 1.0, mu=mu, rho=rho, noise=noise, average=average))
-    if x == 0.0:
-        j_star = float(np.exp(np.min(_log_profile_limit(mu, rho, noise, average))))
-    elif math.isinf(x) or math.isinf(y):
-        j_star = float(np.exp(_log_sigma_bar2(noise, 1e15, average))
-                       * (1 / math.sqrt(mu) + math.sqrt(rho)) ** 2)
-    else:
-        j_star = float(objective(x, y, mu=mu, rho=rho, noise=noise, average=average))
-    if j_star == 0.0:
-        notes.append("the objective vanishes at short horizons (sigma(0) = 0 with the discrete "
-                     "average): the design is degenerate; use the continuous average or a "
-                     "model with sigma(0) > 0")
-    regime = ON_POLICY if x < 1.0 else REPLAY
-    if regime == ON_POLICY:
-        j_ratio = 1.0
-    elif j_on > 0:
-        j_ratio = j_star / j_on
-    else:
-        j_ratio = math.nan
-        notes.append("sigma_bar^2(1) = 0 under this model and average (sigma(0) = 0): the "
-                     "on-policy reference J(1, 1) vanishes and the ratio is undefined")
-    return Design(mu=mu, rho=rho, noise=noise.to_dict(), average=average, method=method,
-                  horizon=float(x), replay_ratio=float(y), objective=j_star,
-                  on_policy_objective=j_on, j_ratio=j_ratio, predicted_saving=1.0 - j_ratio,
-                  regime=regime, notes=tuple(notes))
-
-
-def _log_profile_limit(mu, rho, noise, average):
-    """log of the profile objective at the smallest grid horizon (the x -> 0 limit)."""
-    x = np.exp(_LOG_X_GRID[:3])
-    return _log_sigma_bar2(noise, x, average) + 2 * np.log(1 / math.sqrt(mu)
-                                                           + np.sqrt(rho + 1 / x))
+        "average", average, AVERAGES)
+    return search_design(Section5Objective(mu=mu, rho=rho, noise=noise, average=avg), method)
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,23 +526,71 @@ def _best_lr(descent_coef, lin_coef, quad_coef, limit):
     return np.minimum(eta, limit)
 
 
-def _finite_bound(x, y, mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr):
-    """(bound, eta) at (x, y) for batch b and the budget; eta optimal if lr is None."""
-    x, y = np.broadcast_arrays(np.asarray(x, float), np.asarray(y, float))
-    r = b / y
-    n = x * r
-    steps = budget / (1 + mu / y)
-    sb2 = noise.sigma_bar2(x, avg)
-    var = sb2 * (1 / b + 1 / n + rho / r)
-    limit = np.full(x.shape, (1 - 1e-9) / (2 * big_l))
-    if kappa > 0:
-        limit = np.minimum(limit, 1 / (2 * math.sqrt(2) * kappa * x))
-    if lr is None:
-        eta = _best_lr(12 * f0 / steps, 8 * big_l * var, 32 * x**2 * kappa**2 * var, limit)
-    else:
-        eta = np.full(x.shape, lr)
-    val = bound_value(n, b, r, eta, big_l, kappa, f0, steps, rho, sb2)
-    return np.where(y <= x, val, np.inf), eta  # N >= B: a batch is drawn from the buffer
+@dataclass(frozen=True)
+class _FiniteBound:
+    """The checked inputs of the Theorem's bound at a fixed batch and budget (section 4):
+    mu > 0, rho in [0, 1], the noise model and its average, batch_size B >= 1, smoothness
+    L > 0, kappa >= 0, f0 >= 0, budget > 0 (trainer updates), lr in (0, 1/(2L)) or None
+    (optimised per point). Build it with ``checked``."""
+
+    mu: float
+    rho: float
+    noise: NoiseModel
+    average: str
+    batch_size: int
+    smoothness: float
+    kappa: float
+    f0: float
+    budget: float
+    lr: float | None
+
+    @classmethod
+    def checked(cls, mu, rho, noise, *, batch_size, smoothness, kappa, f0, budget, lr,
+                average) -> _FiniteBound:
+        """The record from raw arguments; ValueError names the first one out of range."""
+        mu = checks.positive("mu", mu)
+        rho = checks.unit_interval("rho", rho)
+        _check_noise(noise)
+        b = checks.integer("batch_size", batch_size, 1)
+        big_l = checks.positive("smoothness", smoothness)
+        kappa = checks.nonnegative("kappa", kappa)
+        f0 = checks.nonnegative("f0", f0)
+        budget = checks.positive("budget", budget)
+        if lr is not None:
+            lr = checks.positive("lr", lr)
+            if lr >= 1 / (2 * big_l):
+                raise ValueError(f"lr must be < 1/(2L) = {1 / (2 * big_l):.6g}, got {lr:g}")
+        avg = noise.default_average if average is None else average
+        return cls(mu=mu, rho=rho, noise=noise, average=avg, batch_size=b, smoothness=big_l,
+                   kappa=kappa, f0=f0, budget=budget, lr=lr)
+
+    def bound(self, x, y) -> tuple[np.ndarray, np.ndarray]:
+        """(bound, eta) at (x, y), vectorised; eta optimal per point if lr is None; +inf
+        where y > x (N < B)."""
+        b, big_l, kappa = self.batch_size, self.smoothness, self.kappa
+        x, y = np.broadcast_arrays(np.asarray(x, float), np.asarray(y, float))
+        r = b / y
+        n = x * r
+        steps = self.budget / (1 + self.mu / y)
+        sb2 = self.noise.sigma_bar2(x, self.average)
+        var = sb2 * (1 / b + 1 / n + self.rho / r)
+        limit = np.full(x.shape, (1 - 1e-9) / (2 * big_l))
+        if kappa > 0:
+            limit = np.minimum(limit, 1 / (2 * math.sqrt(2) * kappa * x))
+        if self.lr is None:
+            eta = _best_lr(12 * self.f0 / steps, 8 * big_l * var,
+                           32 * x**2 * kappa**2 * var, limit)
+        else:
+            eta = np.full(x.shape, self.lr)
+        val = bound_value(n, b, r, eta, big_l, kappa, self.f0, steps, self.rho, sb2)
+        return np.where(y <= x, val, np.inf), eta  # N >= B: a batch is drawn from the buffer
+
+    def log_bound(self, x, y) -> np.ndarray:
+        """log of the bound, +inf where it is not finite and positive (for the search)."""
+        val, _ = self.bound(x, y)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.log(val)
+        return np.where(np.isfinite(out), out, np.inf)
 
 
 def finite_lr_objective(horizon, replay_ratio, *, mu: float, rho: float, noise: NoiseModel,
@@ -467,48 +606,12 @@ def finite_lr_objective(horizon, replay_ratio, *, mu: float, rho: float, noise: 
     Args: as ``finite_lr_design``; horizon and replay_ratio broadcast (each > 0).
     Returns: (bound values, step sizes used).
     """
-    args = _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, average)
-    return _finite_bound(horizon, replay_ratio, *args)
+    inputs = _FiniteBound.checked(mu, rho, noise, batch_size=batch_size, smoothness=smoothness,
+                                  kappa=kappa, f0=f0, budget=budget, lr=lr, average=average)
+    return inputs.bound(horizon, replay_ratio)
 
 
-def _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, average):
-    """Checked arguments of the finite-step-size bound, in ``_finite_bound``'s order."""
-    mu = checks.positive("mu", mu)
-    rho = checks.unit_interval("rho", rho)
-    _check_noise(noise)
-    b = checks.integer("batch_size", batch_size, 1)
-    big_l = checks.positive("smoothness", smoothness)
-    kappa = checks.nonnegative("kappa", kappa)
-    f0 = checks.nonnegative("f0", f0)
-    budget = checks.positive("budget", budget)
-    if lr is not None:
-        lr = checks.positive("lr", lr)
-        if lr >= 1 / (2 * big_l):
-            raise ValueError(f"lr must be < 1/(2L) = {1 / (2 * big_l):.6g}, got {lr:g}")
-    avg = noise.default_average if average is None else average
-    return mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr
-
-
-@dataclass(frozen=True)
-class _SearchBox:
-    """Search box of ``finite_lr_design`` (theory.md section 5.8): horizon x in [x_lo, x_hi]
-    (steps) and replay ratio y in [y_lo, y_hi], all > 0 with lo < hi."""
-
-    x_lo: float
-    x_hi: float
-    y_lo: float
-    y_hi: float
-
-
-@dataclass(frozen=True)
-class _BoxOptimum:
-    """The minimiser of the finite-step bound in a ``_SearchBox``: x = N/R (steps), y = B/R."""
-
-    horizon: float
-    replay_ratio: float
-
-
-def _check_search_box(horizon_range, replay_range) -> _SearchBox:
+def _check_search_box(horizon_range, replay_range) -> SearchBox:
     """Validate ``finite_lr_design``'s (lo, hi) ranges: positive, lo < hi."""
     x_lo, x_hi = (checks.positive("horizon_range[0]", horizon_range[0]),
                   checks.positive("horizon_range[1]", horizon_range[1]))
@@ -516,54 +619,24 @@ def _check_search_box(horizon_range, replay_range) -> _SearchBox:
                   checks.positive("replay_range[1]", replay_range[1]))
     if x_lo >= x_hi or y_lo >= y_hi:
         raise ValueError("horizon_range and replay_range must be (lo, hi) with lo < hi")
-    return _SearchBox(x_lo=x_lo, x_hi=x_hi, y_lo=y_lo, y_hi=y_hi)
+    return SearchBox(x_lo=x_lo, x_hi=x_hi, y_lo=y_lo, y_hi=y_hi)
 
 
-def _minimise_in_box(evaluate, box: _SearchBox) -> _BoxOptimum:
-    """Minimise ``evaluate(x, y)[0]`` (the bound of theory.md section 5.8) over ``box``: an
-    81 x 81 log grid, polished by Nelder-Mead in log space and kept only if it improves.
-
-    Raises ValueError when no grid point is admissible (finite bound).
-    """
-    ux = np.linspace(math.log(box.x_lo), math.log(box.x_hi), 81)
-    uy = np.linspace(math.log(box.y_lo), math.log(box.y_hi), 81)
-    gx, gy = np.meshgrid(np.exp(ux), np.exp(uy), indexing="ij")
-    vals, _ = evaluate(gx, gy)
-    if not np.any(np.isfinite(vals)):
-        raise ValueError("no admissible (horizon, replay_ratio) in the search box: the step "
-                         "size is too large for every horizon, or the budget allows <= 1 step")
-    i, j = np.unravel_index(int(np.nanargmin(np.where(np.isfinite(vals), vals, np.nan))),
-                            vals.shape)
-
-    def obj(p):
-        u = np.clip(p, [ux[0], uy[0]], [ux[-1], uy[-1]])
-        val = float(evaluate(math.exp(u[0]), math.exp(u[1]))[0])
-        return math.log(val) if np.isfinite(val) and val > 0 else 1e300
-
-    res = optimize.minimize(obj, [ux[i], uy[j]], method="Nelder-Mead",
-                            options={"xatol": 1e-9, "fatol": 1e-12, "maxiter": 4000})
-    u = np.clip(res.x, [ux[0], uy[0]], [ux[-1], uy[-1]])
-    if obj(u) > obj([ux[i], uy[j]]):
-        u = np.array([ux[i], uy[j]])
-    return _BoxOptimum(horizon=float(math.exp(u[0])), replay_ratio=float(math.exp(u[1])))
-
-
-def _finite_notes(noise, opt: _BoxOptimum, box: _SearchBox, *, lr, eta: float, r: float,
+def _finite_notes(noise, opt: BoxOptimum, box: SearchBox, *, lr, eta: float, r: float,
                   big_l: float, kappa: float, x_measured: float = math.inf) -> list[str]:
     """Caveats of a finite-step design: A3 (``a3_notes``), an optimum on the edge of the
     search box or at the longest measured horizon ``x_measured``, an optimised step size eta
     on the theorem's limit (theory.md section 4.4)."""
-    x, y = opt.horizon, opt.replay_ratio
+    x = opt.horizon
     notes = list(a3_notes(noise))
     # The box's x edge is the table's, not a search choice: say that, not "widen it".
     at_table_edge = box.x_hi == x_measured and x >= x_measured * (1 - 1e-6)
     if at_table_edge:
-        notes.append(_measured_edge_note(x_measured))
-    for name, val, lo_, hi_ in (("horizon", x, box.x_lo, box.x_hi),
-                                ("replay_ratio", y, box.y_lo, box.y_hi)):
-        if name == "horizon" and at_table_edge:
-            continue
-        if val <= lo_ * (1 + 1e-6) or val >= hi_ * (1 - 1e-6):
+        notes.append(measured_edge_note(x_measured))
+    for name, at_edge, lo_, hi_ in (
+            ("horizon", opt.horizon_at_edge and not at_table_edge, box.x_lo, box.x_hi),
+            ("replay_ratio", opt.ratio_at_edge, box.y_lo, box.y_hi)):
+        if at_edge:
             notes.append(f"{name} optimum lies on the edge of its search range "
                          f"[{lo_:g}, {hi_:g}]: widen it")
     if lr is None and eta >= step_size_limit(x * r, r, big_l, kappa) * (1 - 1e-6):
@@ -595,40 +668,46 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
     Raises:
         BoundConditionError / ValueError: bad arguments, or no admissible point.
     """
-    args = _finite_args(mu, rho, noise, batch_size, smoothness, kappa, f0, budget, lr, average)
-    mu, rho, noise, avg, b, big_l, kappa, f0, budget, lr = args
+    inputs = _FiniteBound.checked(mu, rho, noise, batch_size=batch_size, smoothness=smoothness,
+                                  kappa=kappa, f0=f0, budget=budget, lr=lr, average=average)
     box = _check_search_box(horizon_range, replay_range)
     # As in the asymptotic design: a table knows nothing past its longest staleness.
     x_max = float(getattr(noise, "max_horizon", math.inf))
     if box.x_lo < x_max < box.x_hi:
         box = _check_search_box((box.x_lo, x_max), (box.y_lo, box.y_hi))
+    opt = minimise_in_box(inputs.log_bound, box, points=81, xatol=1e-9, fatol=1e-12)
+    if opt is None:
+        raise ValueError("no admissible (horizon, replay_ratio) in the search box: the step "
+                         "size is too large for every horizon, or the budget allows <= 1 step")
+    return _finite_design_at(inputs, opt, box, x_max)
 
-    def evaluate(x, y):
-        return _finite_bound(x, y, *args)
 
-    opt = _minimise_in_box(evaluate, box)
-    x, y = opt.horizon, opt.replay_ratio
-    _, eta = evaluate(x, y)
-    eta = float(eta)
+def _finite_design_at(inputs: _FiniteBound, opt: BoxOptimum, box: SearchBox,
+                      x_max: float) -> FiniteLRDesign:
+    """The ``FiniteLRDesign`` of the box optimum ``opt``: the bound there and at x = y = 1."""
+    x, y, b = opt.horizon, opt.replay_ratio, inputs.batch_size
+    eta = float(inputs.bound(x, y)[1])
     r = b / y
-    steps = budget / (1 + mu / y)
+    steps = inputs.budget / (1 + inputs.mu / y)
     n = max(x * r, float(b))  # the optimum may sit on N = B, where x r rounds below B
     result = convergence_bound(buffer_size=n, batch_size=b, rollouts_per_step=r, lr=eta,
-                               smoothness=big_l, kappa=kappa, f0=f0, steps=steps, rho=rho,
-                               noise=noise, average=avg)
-    on_val, _ = evaluate(1.0, 1.0)
-    on_val = float(on_val)
-    notes = _finite_notes(noise, opt, box, lr=lr, eta=eta, r=r, big_l=big_l, kappa=kappa,
-                          x_measured=x_max)
+                               smoothness=inputs.smoothness, kappa=inputs.kappa, f0=inputs.f0,
+                               steps=steps, rho=inputs.rho, noise=inputs.noise,
+                               average=inputs.average)
+    on_val = float(inputs.bound(1.0, 1.0)[0])
+    notes = _finite_notes(inputs.noise, opt, box, lr=inputs.lr, eta=eta, r=r,
+                          big_l=inputs.smoothness, kappa=inputs.kappa, x_measured=x_max)
     return FiniteLRDesign(horizon=x, replay_ratio=y, lr=eta, batch_size=b,
                           rollouts_per_step=r, buffer_size=n, steps=steps, bound=result,
                           on_policy_bound=on_val,
                           bound_ratio=result.value / on_val if np.isfinite(on_val) else math.nan,
-                          asymptotic=optimal_design(mu, rho, noise, average=avg),
+                          asymptotic=optimal_design(inputs.mu, inputs.rho, inputs.noise,
+                                                    average=inputs.average),
                           notes=tuple(notes))
 
 
-__all__ = ["Design", "FiniteLRDesign", "objective", "objective_rbn", "optimal_replay_ratio",
-           "optimal_horizon",
-           "profile_objective", "k_function", "power_law_optimum", "optimal_design",
-           "finite_lr_design", "finite_lr_objective", "ON_POLICY", "REPLAY"]
+__all__ = ["Caveat", "Design", "FiniteLRDesign", "Section5Objective", "STANDARD", "objective",
+           "objective_rbn", "optimal_replay_ratio", "optimal_horizon", "profile_objective",
+           "k_function", "power_law_optimum", "optimal_design", "search_design",
+           "measured_edge_note", "finite_lr_design", "finite_lr_objective", "ON_POLICY",
+           "REPLAY"]

@@ -76,14 +76,14 @@ def _step_average(horizon: np.ndarray, partial_sum, sigma2) -> np.ndarray:
     return (partial_sum(n) + (horizon - n) * sigma2(n)) / horizon
 
 
+A3_NOTE = ("assumption A3 does not hold: the noise model decreases with staleness somewhere, "
+           "so the theorem's bound is not guaranteed and the design is an extrapolation of the "
+           "model")
+
+
 def a3_notes(model) -> list[str]:
     """Notes that every result computed from ``model`` must carry (A3 broken, etc.)."""
-    notes = []
-    if not model.satisfies_a3:
-        notes.append("assumption A3 does not hold: the noise model decreases with staleness "
-                     "somewhere, so the theorem's bound is not guaranteed and the design is "
-                     "an extrapolation of the model")
-    return notes
+    return [] if model.satisfies_a3 else [A3_NOTE]
 
 
 @dataclass(frozen=True)

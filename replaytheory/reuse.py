@@ -22,28 +22,26 @@ constant is zero:
   minimised numerically over (x, y).
 
 ``VARIANTS`` names them: "self_correlated" (c only), "clipping" (f only) and "reuse_clipping"
-(both). ``objective`` and ``optimal_design`` mirror ``design``; ``calculator.optimal_config``
-takes the terms (``reuse=``, ``contribution=``) to give integers and a GPU split;
-``calibrate.Calibration.design(mu, variant=...)`` uses the fitted constants.
+(both). ``objective`` mirrors ``design.objective``; ``optimal_design`` runs section 5's
+search (``design.search_design``) on a ``ReuseObjective`` and returns its ``design.Design``;
+``calculator.optimal_config`` takes the terms (``reuse=``, ``contribution=``) to give
+integers and a GPU split; ``calibrate.Calibration.design(mu, variant=...)`` uses the fitted
+constants.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
 
 from . import checks
-from .design import (ON_POLICY, REPLAY, _check_noise, _log_sigma_bar2, _minimise_over_horizon,
-                     power_law_optimum)
-from .noise import AVERAGES, PowerLawNoise, a3_notes
+from .design import (METHODS, STANDARD, Design, Section5Objective, _check_noise,
+                     _log_sigma_bar2, power_law_optimum, search_design)
+from .noise import AVERAGES, PowerLawNoise
 
 VARIANTS = ("self_correlated", "clipping", "reuse_clipping")
-STANDARD = "standard"  # section 5's model, what ``calibrate`` reports when no term is supported
-
-_LOG_Y_GRID = np.linspace(math.log(1e-3), math.log(1e4), 241)
 
 
 # ---- the self-correlation of one rollout's uses (section 10.1-10.3) ----------------------
@@ -282,44 +280,6 @@ def power_law_reuse_optimum(mu: float, rho: float, alpha: float, c: float):
 
 # ---- the design ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class ReuseDesign:
-    """The optimum of a reuse-aware objective (section 10); fields as ``design.Design`` plus
-    the terms at the optimum.
-
-    Attributes:
-        variant: one of ``VARIANTS`` or "standard" (no extra term). horizon, replay_ratio:
-            x*, y*. objective: J(x*, y*); on_policy_objective: J(1, 1); j_ratio,
-            predicted_saving: as in ``design.Design``. regime: "on-policy" (x* < 1) or
-            "replay". pair_sum: S(x*). contribution_mean: f_bar(x*, y*). method:
-            "closed_form" or "numeric". reuse, contribution: the models' dicts (None if
-            absent). notes: caveats.
-    """
-
-    variant: str
-    mu: float
-    rho: float
-    noise: dict
-    reuse: dict | None
-    contribution: dict | None
-    average: str
-    method: str
-    horizon: float
-    replay_ratio: float
-    objective: float
-    on_policy_objective: float
-    j_ratio: float
-    predicted_saving: float
-    pair_sum: float
-    contribution_mean: float
-    regime: str
-    notes: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict:
-        return {k: (list(val) if isinstance(val, tuple) else val)
-                for k, val in self.__dict__.items()}
-
-
 def variant_name(reuse, contribution) -> str:
     """The ``VARIANTS`` name of a (reuse, contribution) pair ("standard" if both are None)."""
     if reuse is None:
@@ -327,55 +287,92 @@ def variant_name(reuse, contribution) -> str:
     return "self_correlated" if contribution is None else "reuse_clipping"
 
 
-def _optimum_1d(mu, rho, noise, reuse, avg, x_max):
-    """x* of the profile sigma_bar^2(x) (1/sqrt(mu) + sqrt(rho + 1/x + S(x)))^2 (10.3)."""
-    c = 1.0 / math.sqrt(mu)
-    return _minimise_over_horizon(
-        lambda u: _log_sigma_bar2(noise, np.exp(u), avg)
-        + 2 * np.log(c + np.sqrt(rho + np.exp(-u) + reuse.pair_sum(np.exp(u), avg))), x_max)
+@dataclass(frozen=True)
+class ReuseObjective(Section5Objective):
+    """Section 10's J(x, y) as ``design.search_design`` sees it: section 5's with the
+    self-correlation term S(x) (``reuse``) and/or the contribution f_bar (``contribution``),
+    each a model or None; checked by the caller."""
 
+    reuse: ConstantReuse | TabulatedReuse | None = None
+    contribution: ExpContribution | None = None
 
-def _optimum_2d(mu, rho, noise, reuse, contribution, avg, x_max):
-    """argmin over (x, y) of J_f (10.5): a log grid in (x, y), then Nelder-Mead.
+    closed_form_requirement = ("method='closed_form' needs a PowerLawNoise, "
+                               "average='continuous', a ConstantReuse (or none) and no "
+                               "contribution")
 
-    x is searched in [1e-3, min(x_max, 1e6)], y in [1e-3, 1e4]; returns (x, y, notes).
-    """
-    x_hi = min(x_max, 1e6)
-    ux = np.linspace(math.log(1e-3), math.log(x_hi), 241)
-    gx, gy = np.meshgrid(np.exp(ux), np.exp(_LOG_Y_GRID), indexing="ij")
+    @property
+    def variant(self) -> str:
+        return variant_name(self.reuse, self.contribution)
 
-    def log_j(x, y):
-        val = objective(x, y, mu=mu, rho=rho, noise=noise, reuse=reuse,
-                        contribution=contribution, average=avg)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = np.log(val)
-        return np.where(np.isfinite(out), out, np.inf)
+    @property
+    def profiled(self) -> bool:
+        """y*(x) is closed-form without a contribution term (section 10.3), not with one."""
+        return self.contribution is None
 
-    vals = log_j(gx, gy)
-    if not np.any(np.isfinite(vals)):
-        raise ValueError("the reuse-aware objective is not finite at any (x, y)")
-    i, j = np.unravel_index(int(np.argmin(vals)), vals.shape)
-    lo, hi = np.array([ux[0], _LOG_Y_GRID[0]]), np.array([ux[-1], _LOG_Y_GRID[-1]])
+    @property
+    def _reuse_or_zero(self):
+        return ConstantReuse(0.0) if self.reuse is None else self.reuse
 
-    def obj(p):
-        q = np.clip(p, lo, hi)
-        return float(log_j(math.exp(q[0]), math.exp(q[1])))
+    def value(self, x, y) -> np.ndarray:
+        """J(x, y) of sections 10.3 and 10.5, vectorised."""
+        return objective(x, y, mu=self.mu, rho=self.rho, noise=self.noise, reuse=self.reuse,
+                         contribution=self.contribution, average=self.average)
 
-    start = np.array([ux[i], _LOG_Y_GRID[j]])
-    res = optimize.minimize(obj, start, method="Nelder-Mead",
-                            options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 4000})
-    best = np.clip(res.x, lo, hi) if obj(res.x) <= obj(start) else start
-    notes = []
-    for name, val, (a, b) in (("horizon", best[0], (lo[0], hi[0])),
-                              ("replay_ratio", best[1], (lo[1], hi[1]))):
-        if val <= a + 1e-6 or val >= b - 1e-6:
-            notes.append(f"the {name} optimum lies on the edge of its search range "
-                         f"[{math.exp(a):.3g}, {math.exp(b):.3g}]")
-    return float(math.exp(best[0])), float(math.exp(best[1])), notes
+    def log_profile(self, u) -> np.ndarray:
+        """log of sigma_bar^2(x) (1/sqrt(mu) + sqrt(rho + 1/x + S(x)))^2 (10.3), x = e^u."""
+        c = 1.0 / math.sqrt(self.mu)
+        s = self._reuse_or_zero.pair_sum(np.exp(u), self.average)
+        return (_log_sigma_bar2(self.noise, np.exp(u), self.average)
+                + 2 * np.log(c + np.sqrt(self.rho + np.exp(-u) + s)))
+
+    def closed_form(self) -> tuple[float, float] | None:
+        """``power_law_reuse_optimum`` for a power law (continuous average), a constant c (or
+        none) and no contribution; None otherwise."""
+        c = 0.0 if self.reuse is None else getattr(self.reuse, "c", None)
+        if (isinstance(self.noise, PowerLawNoise) and self.average == "continuous"
+                and c is not None and self.contribution is None):
+            return power_law_reuse_optimum(self.mu, self.rho, self.noise.alpha, c)
+        return None
+
+    def closed_form_holds(self, horizon: float) -> bool:
+        """The closed form assumes S = c (1 - 1/x), true for x >= 1 only (section 10.3)."""
+        return horizon >= 1
+
+    def ratio_at(self, horizon: float) -> float:
+        """y*(x) of section 10.3 (0 at x = 0), far horizons evaluated at 1e15 steps."""
+        if horizon == 0.0:
+            return 0.0
+        return float(optimal_replay_ratio(min(horizon, 1e15), mu=self.mu, rho=self.rho,
+                                          reuse=self._reuse_or_zero, average=self.average))
+
+    def value_at(self, horizon: float, replay_ratio: float, on_policy_value: float) -> float:
+        """J at the optimum; J(1, 1) at x or y = 0 (on-policy); far horizons at 1e15 steps."""
+        xs = min(horizon, 1e15)
+        if math.isinf(replay_ratio) and self.contribution is None:
+            # rho + S(x) underflows to 0 (e.g. rho = 0 and a denormal c): J's infimum over y
+            # is the profile sigma_bar^2(x) (1/sqrt(mu) + sqrt(rho + 1/x + S(x)))^2 (10.3).
+            k = self.rho + 1 / xs + float(_pair_sum(self.reuse, xs, self.average))
+            return float(self.noise.sigma_bar2(xs, self.average)) \
+                * (1 / math.sqrt(self.mu) + math.sqrt(k)) ** 2
+        if horizon > 0 and replay_ratio > 0:
+            return float(self.value(xs, replay_ratio))
+        return on_policy_value
+
+    def terms_at(self, horizon: float, replay_ratio: float) -> tuple[float, float]:
+        """(S(x*), f_bar(x*, y*)), far horizons at 1e15 steps; (0, 1) at x = 0."""
+        xs = min(horizon, 1e15)
+        pair = float(_pair_sum(self.reuse, xs, self.average)) if horizon > 0 else 0.0
+        kept = (float(self.contribution.mean(xs, max(replay_ratio, 1e-12), self.average))
+                if self.contribution is not None and horizon > 0 else 1.0)
+        return pair, kept
+
+    def term_dicts(self) -> tuple[dict | None, dict | None]:
+        return (None if self.reuse is None else self.reuse.to_dict(),
+                None if self.contribution is None else self.contribution.to_dict())
 
 
 def optimal_design(mu: float, rho: float, noise, *, reuse=None, contribution=None,
-                   average: str | None = None, method: str = "auto") -> ReuseDesign:
+                   average: str | None = None, method: str = "auto") -> Design:
     """Optimal (x*, y*) of the reuse-aware objective (theory.md sections 10.3 and 10.5).
 
     Args:
@@ -385,70 +382,20 @@ def optimal_design(mu: float, rho: float, noise, *, reuse=None, contribution=Non
             or None. average: as in ``objective``.
         method: "auto" (closed form for a power law, continuous average, constant c and no
             contribution, when its x* >= 1; else numeric), "numeric" or "closed_form".
-    Returns: ``ReuseDesign``. Without reuse and contribution it equals section 5's optimum.
+    Returns: ``design.Design`` with ``variant`` naming the terms. Without reuse and
+    contribution it is section 5's optimum.
     """
     mu = checks.positive("mu", mu)
     rho = checks.unit_interval("rho", rho)
     _check_noise(noise)
     reuse, contribution = _check_reuse(reuse), _check_contribution(contribution)
-    method = checks.choice("method", method, ("auto", "numeric", "closed_form"))
-    avg = noise.default_average if average is None else checks.choice("average", average, AVERAGES)
-    c_const = 0.0 if reuse is None else getattr(reuse, "c", None)
-    closed_ok = (isinstance(noise, PowerLawNoise) and avg == "continuous"
-                 and c_const is not None and contribution is None)
-    if method == "closed_form" and not closed_ok:
-        raise ValueError("method='closed_form' needs a PowerLawNoise, average='continuous', "
-                         "a ConstantReuse (or none) and no contribution")
-    notes = list(a3_notes(noise))
-    x_max = float(getattr(noise, "max_horizon", math.inf))
-    used = "numeric"
-    if closed_ok and method != "numeric":
-        x, y = power_law_reuse_optimum(mu, rho, noise.alpha, c_const)
-        if x >= 1 or method == "closed_form":
-            used = "closed_form"
-    if used == "numeric":
-        if contribution is not None:
-            x, y, more = _optimum_2d(mu, rho, noise, reuse, contribution, avg, x_max)
-            notes += more
-        else:
-            r = ConstantReuse(0.0) if reuse is None else reuse
-            x = _optimum_1d(mu, rho, noise, r, avg, x_max)
-            y = 0.0 if x == 0.0 else float(optimal_replay_ratio(
-                min(x, 1e15), mu=mu, rho=rho, reuse=r, average=avg))
-    if math.isfinite(x_max) and x >= x_max * (1 - 1e-9):
-        notes.append(f"the optimum sits at the longest measured horizon ({x_max:g} steps)")
-    if math.isinf(x):
-        notes.append("the objective keeps falling as the horizon grows: the best buffer is as "
-                     "large as other limits allow")
-
-    def j(xx, yy):
-        return float(objective(min(xx, 1e15), yy, mu=mu, rho=rho, noise=noise, reuse=reuse,
-                               contribution=contribution, average=avg))
-
-    j_on = j(1.0, 1.0)
-    if math.isinf(y) and contribution is None:
-        # rho + S(x) underflows to 0 (e.g. rho = 0 and a denormal c): J's infimum over y is
-        # the profile sigma_bar^2(x) (1/sqrt(mu) + sqrt(rho + 1/x + S(x)))^2 (section 10.3).
-        xs = min(x, 1e15)
-        k = rho + 1 / xs + float(_pair_sum(reuse, xs, avg))
-        j_star = float(noise.sigma_bar2(xs, avg)) * (1 / math.sqrt(mu) + math.sqrt(k)) ** 2
-    else:
-        j_star = j(x, y) if x > 0 and y > 0 else j_on
-    regime = ON_POLICY if x < 1.0 else REPLAY
-    j_ratio = 1.0 if regime == ON_POLICY else (j_star / j_on if j_on > 0 else math.nan)
-    xs = min(x, 1e15)
-    return ReuseDesign(
-        variant=variant_name(reuse, contribution), mu=mu, rho=rho, noise=noise.to_dict(),
-        reuse=None if reuse is None else reuse.to_dict(),
-        contribution=None if contribution is None else contribution.to_dict(), average=avg,
-        method=used, horizon=float(x), replay_ratio=float(y), objective=j_star,
-        on_policy_objective=j_on, j_ratio=j_ratio, predicted_saving=1.0 - j_ratio,
-        pair_sum=float(_pair_sum(reuse, xs, avg)) if x > 0 else 0.0,
-        contribution_mean=float(contribution.mean(xs, max(y, 1e-12), avg))
-        if contribution is not None and x > 0 else 1.0,
-        regime=regime, notes=tuple(notes))
+    method = checks.choice("method", method, METHODS)
+    avg = noise.default_average if average is None else checks.choice("average", average,
+                                                                     AVERAGES)
+    return search_design(ReuseObjective(mu=mu, rho=rho, noise=noise, average=avg, reuse=reuse,
+                                        contribution=contribution), method)
 
 
 __all__ = ["VARIANTS", "STANDARD", "ConstantReuse", "TabulatedReuse", "ExpContribution",
-           "ReuseDesign", "objective", "optimal_replay_ratio",
-           "power_law_reuse_optimum", "optimal_design", "variant_name"]
+           "ReuseObjective", "objective", "optimal_replay_ratio", "power_law_reuse_optimum",
+           "optimal_design", "variant_name"]

@@ -262,3 +262,43 @@ def test_tabular_simulator_writes_reuse_tables_and_calibrate_uses_them():
     assert d.variant == "self_correlated" and d.replay_ratio > 0
 
 
+
+
+# ---- one search, one result type (issue 29) ----------------------------------------------
+
+def test_both_families_return_one_design_type_with_flagged_caveats():
+    import json
+    steep = PowerLawNoise(alpha=0.7)
+    std = design.optimal_design(6.84, 0.1, steep)
+    reu = ru.optimal_design(6.84, 0.1, steep, reuse=ru.ConstantReuse(0.4))
+    assert type(std) is type(reu) is design.Design
+    assert not hasattr(ru, "ReuseDesign")
+    assert (std.variant, std.pair_sum, std.contribution_mean) == ("standard", 0.0, 1.0)
+    assert reu.variant == "self_correlated"
+    # the caveat is a flag in both families, and the note is derived from it
+    for d in (std, reu):
+        assert design.Caveat.NOISE_TOO_STEEP in d.caveats
+        assert d.notes == tuple(d._note(c) for c in d.caveats)
+        row = json.loads(json.dumps(d.to_dict()))
+        assert "noise_too_steep" in row["caveats"] and row["notes"] == list(d.notes)
+    flat = ru.optimal_design(2.0, 0.1, ConstantNoise(), reuse=ru.ConstantReuse(0.4))
+    assert math.isinf(flat.horizon) and design.Caveat.UNBOUNDED in flat.caveats
+    table = TabulatedNoise([0, 1, 2, 3], [1.0, 1.1, 1.2, 1.3])
+    for d in (design.optimal_design(6.84, 0.1, table),
+              ru.optimal_design(6.84, 0.1, table, reuse=ru.ConstantReuse(0.4))):
+        assert d.horizon == table.max_horizon and d.caveats == (design.Caveat.AT_MEASURED_EDGE,)
+
+
+def test_the_public_optimisers_are_search_design_on_their_objective():
+    noise = TabulatedNoise([0, 1, 2, 4, 8, 16], [1.0, 1.2, 1.3, 1.5, 1.6, 1.8])
+    model = design.Section5Objective(mu=6.84, rho=0.1, noise=noise, average="discrete")
+    assert design.search_design(model) == design.optimal_design(6.84, 0.1, noise)
+    f = ru.ExpContribution(per_use=0.2, per_step=0.01)
+    reuse_model = ru.ReuseObjective(mu=6.84, rho=0.1, noise=noise, average="discrete",
+                                    reuse=ru.ConstantReuse(0.4), contribution=f)
+    got = design.search_design(reuse_model)
+    assert got == ru.optimal_design(6.84, 0.1, noise, reuse=ru.ConstantReuse(0.4),
+                                    contribution=f)
+    assert got.search_box is not None and not reuse_model.profiled
+    with pytest.raises(ValueError, match="closed_form"):
+        design.search_design(reuse_model, "closed_form")
