@@ -117,36 +117,38 @@ class _Config:
         """Rollouts each shard gives to one step."""
         return self.b // self.shards
 
-
-def _check(workers, trainers, mu, batch_size, buffer_size, rollouts, refresh_every, sharded,
-           lifo, sampling, delta, positive_rate, chunk, min_fill, gen_jitter,
-           train_jitter) -> _Config:
-    """``simulate_pipeline``'s arguments checked against the ranges of its docstring."""
-    w = checks.integer("workers", workers, 1)
-    t = checks.integer("trainers", trainers, 1)
-    b = checks.integer("batch_size", batch_size, 1)
-    n = checks.integer("buffer_size", buffer_size, b)
-    shards = t if sharded else 1
-    if sharded and b % t:
-        raise ValueError(f"batch_size must be a multiple of trainers ({t}) when sharded, "
-                         f"got {b}")
-    if sharded and n % t:
-        raise ValueError(f"buffer_size must be a multiple of trainers ({t}) when sharded, "
-                         f"got {n}")
-    chunk = max(1, b // w) if chunk is None else checks.integer("chunk", chunk, 1, n)
-    if lifo and chunk > n:
-        raise ValueError(f"chunk must be <= buffer_size ({n}) with the LIFO queue, got {chunk}")
-    return _Config(
-        w=w, t=t, mu=checks.positive("mu", mu), b=b, n=n,
-        total=checks.integer("rollouts", rollouts, 1),
-        k=checks.integer("refresh_every", refresh_every, 1),
-        sampling=checks.choice("sampling", sampling, SAMPLING_MODES),
-        delta=checks.real("delta", delta, 0.0, 1.0, hi_open=True),
-        p_pos=checks.unit_interval("positive_rate", positive_rate), chunk=chunk,
-        fill=b // shards if min_fill is None else checks.integer("min_fill", min_fill, 1,
-                                                             n // shards),
-        shards=shards, lifo=lifo, gen_jitter=checks.nonnegative("gen_jitter", gen_jitter),
-        train_jitter=checks.nonnegative("train_jitter", train_jitter))
+    @classmethod
+    def checked(cls, *, workers, trainers, mu, batch_size, buffer_size, rollouts,
+                refresh_every, sharded, lifo, sampling, delta, positive_rate, chunk, min_fill,
+                gen_jitter, train_jitter) -> _Config:
+        """``simulate_pipeline``'s arguments (same names) checked against the ranges of its
+        docstring."""
+        w = checks.integer("workers", workers, 1)
+        t = checks.integer("trainers", trainers, 1)
+        b = checks.integer("batch_size", batch_size, 1)
+        n = checks.integer("buffer_size", buffer_size, b)
+        shards = t if sharded else 1
+        if sharded and b % t:
+            raise ValueError(f"batch_size must be a multiple of trainers ({t}) when "
+                             f"sharded, got {b}")
+        if sharded and n % t:
+            raise ValueError(f"buffer_size must be a multiple of trainers ({t}) when "
+                             f"sharded, got {n}")
+        chunk = max(1, b // w) if chunk is None else checks.integer("chunk", chunk, 1, n)
+        if lifo and chunk > n:
+            raise ValueError(f"chunk must be <= buffer_size ({n}) with the LIFO queue, "
+                             f"got {chunk}")
+        return cls(
+            w=w, t=t, mu=checks.positive("mu", mu), b=b, n=n,
+            total=checks.integer("rollouts", rollouts, 1),
+            k=checks.integer("refresh_every", refresh_every, 1),
+            sampling=checks.choice("sampling", sampling, SAMPLING_MODES),
+            delta=checks.real("delta", delta, 0.0, 1.0, hi_open=True),
+            p_pos=checks.unit_interval("positive_rate", positive_rate), chunk=chunk,
+            fill=b // shards if min_fill is None
+            else checks.integer("min_fill", min_fill, 1, n // shards),
+            shards=shards, lifo=lifo, gen_jitter=checks.nonnegative("gen_jitter", gen_jitter),
+            train_jitter=checks.nonnegative("train_jitter", train_jitter))
 
 
 @dataclass
@@ -331,9 +333,12 @@ def simulate_pipeline(*, workers: int, trainers: int, mu: float, batch_size: int
     Returns:
         ``PipelineResult``.
     """
-    cfg = _check(workers, trainers, mu, batch_size, buffer_size, rollouts, refresh_every,
-                 sharded, lifo, sampling, delta, positive_rate, chunk, min_fill, gen_jitter,
-                 train_jitter)
+    cfg = _Config.checked(workers=workers, trainers=trainers, mu=mu, batch_size=batch_size,
+                          buffer_size=buffer_size, rollouts=rollouts,
+                          refresh_every=refresh_every, sharded=sharded, lifo=lifo,
+                          sampling=sampling, delta=delta, positive_rate=positive_rate,
+                          chunk=chunk, min_fill=min_fill, gen_jitter=gen_jitter,
+                          train_jitter=train_jitter)
     st = _new_state(cfg, seed)
     for j in range(cfg.w):
         _start_chunk(st, j, 0.0)

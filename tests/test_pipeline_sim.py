@@ -191,3 +191,17 @@ def test_bitwise_equal_to_the_code_before_the_refactoring(kw, scalars, use_sums,
     weight = np.arange(1, res.samples_consumed + 1)
     assert {k: int(np.sum(weight * res.uses[k])) for k in use_sums} == use_sums
     assert int(np.sum(np.arange(1, res.replay_ratios.size + 1) * res.replay_ratios)) == ratio_sum
+
+
+def test_config_is_a_keyword_record_with_the_public_names():
+    from replaytheory.pipeline_sim import _Config
+    args = dict(workers=3, trainers=2, mu=2.0, batch_size=8, buffer_size=16, rollouts=40,
+                refresh_every=1, sharded=True, lifo=False, sampling="with_replacement",
+                delta=0.0, positive_rate=0.5, chunk=None, min_fill=None, gen_jitter=0.0,
+                train_jitter=0.0)
+    cfg = _Config.checked(**args)
+    assert (cfg.w, cfg.t, cfg.b, cfg.n, cfg.shards, cfg.per_draw) == (3, 2, 8, 16, 2, 4)
+    with pytest.raises(TypeError):
+        _Config.checked(*args.values())  # no positional plumbing
+    with pytest.raises(ValueError, match="positive_rate"):
+        _Config.checked(**{**args, "positive_rate": 1.5})
