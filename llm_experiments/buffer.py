@@ -155,11 +155,12 @@ class RolloutBuffer:
         for i, k in zip(np.asarray(ids).tolist(), rows.tolist()):
             t, p, n, lp = (int(c["tokens_at"][k]), int(c["prompt_len"][k]),
                            int(c["completion_len"][k]), int(c["logprobs_at"][k]))
-            out.append(Rollout(i, int(c["group_id"][k]), int(c["problem_id"][k]),
-                               int(c["version"][k]), self._tokens.data[t:t + p].copy(),
-                               self._tokens.data[t + p:t + p + n].copy(),
-                               self._logprobs.data[lp:lp + n].copy(), float(c["reward"][k]),
-                               float(c["advantage"][k])))
+            out.append(Rollout(item_id=i, group_id=int(c["group_id"][k]),
+                               problem_id=int(c["problem_id"][k]), version=int(c["version"][k]),
+                               prompt=self._tokens.data[t:t + p].copy(),
+                               completion=self._tokens.data[t + p:t + p + n].copy(),
+                               logprobs=self._logprobs.data[lp:lp + n].copy(),
+                               reward=float(c["reward"][k]), advantage=float(c["advantage"][k])))
         return out
 
     def rollouts(self) -> list[Rollout]:

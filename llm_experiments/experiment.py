@@ -1,13 +1,14 @@
-"""One training run: sampler -> buffer -> trainer, with evaluation, probes and checkpoints.
+"""One training run of the emulated engine: sampler -> buffer -> trainer in one process, with
+evaluation, probes and checkpoints.
 
-The loop (``Experiment.run``), for each trainer step t:
+``Experiment`` gives the hooks of ``engines.loop.run_loop`` (the loop every engine shares).
+Its step t (``Experiment.train``):
 
 1. evaluate every ``eval.every`` steps (weights theta_t, own random stream);
 2. produce ``Production.groups_due(t)`` prompt groups with weight version ``version(t)``
    (more if the buffer cannot yet give a batch), advantages computed once, insert them;
 3. probe the gradient noise every ``probe.every`` steps (own random stream, no side effect);
-4. draw B rollouts, take one optimizer step on the loss (2-4: ``Experiment.advance``), log,
-   checkpoint.
+4. draw B rollouts, take one optimizer step on the loss (2-4: ``Experiment.advance``).
 
 Sampler, buffer and trainer exchange only small messages (``WeightUpdate``, ``Rollout``), so
 they could be moved to separate processes. Every random draw of the training itself comes from
@@ -20,19 +21,18 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import torch
-from tqdm import tqdm
-
-from replaytheory.io import write_json
 
 from . import checkpoint
 from .buffer import Rollout, RolloutBuffer
 from .config import Config, save_config
 from .direct import supports
+from .engines.loop import RunBooks, StepResult, fill_and_draw, run_loop
 from .kernels import use_onednn_linear
-from .metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
+from .metrics import evaluate
 from .models import encode_prompt, load_policy, param_count, weights_sha256
 from .probes import Prober, RunCounts, RunView
 from .samplers import WeightUpdate, make_sampler
@@ -43,7 +43,8 @@ from .trainer import PolicyTrainer, grade_rollouts
 
 
 class Experiment(PolicyTrainer):
-    """Everything a run holds. Build with a validated ``Config`` and an output folder."""
+    """Everything a run holds, and the emulated engine's hooks of ``engines.loop.Engine``.
+    Build with a validated ``Config`` and an output folder."""
 
     def __init__(self, cfg: Config, out_dir: str):
         self.cfg, self.out = cfg, out_dir
@@ -60,13 +61,13 @@ class Experiment(PolicyTrainer):
         sc = cfg.schedule
         self.setup_update()
         self.buffer = RolloutBuffer.for_config(cfg)
-        self.mu_fixed = sc.mu_accounting if sc.mu_accounting > 0 else None
-        self.production = Production(sc, self.mu_fixed)
-        self.clock = ComputeClock(param_count(self.model), sc.batch_size)
+        mu_fixed = sc.mu_accounting if sc.mu_accounting > 0 else None
+        self.production = Production(sc, mu_fixed)
+        self.books = RunBooks(ComputeClock(param_count(self.model), sc.batch_size), mu_fixed)
+        self.clock = self.books.clock  # the update's costs go here (``PolicyTrainer``)
         self.weights = WeightStore()
         self.rng = np.random.default_rng(cfg.run.seed)
-        self.step = self.next_item = self.next_group = self.consumed = 0
-        self.elapsed_before = 0.0
+        self.step = 0
         self._prompt_ids: dict[int, list[int]] = {}
         self.eval_prompts = [self.encode(p) for p in self.task.eval_problems]
         probing = cfg.probe.every or cfg.probe.panel_groups
@@ -86,8 +87,9 @@ class Experiment(PolicyTrainer):
             snapshot=self.weights.update, buffer_versions=lambda: self.buffer.versions(),
             # Late-bound: resuming replaces self.buffer after this view is built.
             probe_groups=lambda *a: self.buffer.probe_groups(*a),
-            counts=lambda: RunCounts(self.clock.generated, self.consumed, self.clock.steps,
-                                     self.clock.mu_time(), self.mu_accounting()))
+            counts=lambda: RunCounts(self.clock.generated, self.books.consumed,
+                                     self.clock.steps, self.clock.mu_time(),
+                                     self.books.mu_accounting()))
 
     # ---- messages between the parts ---------------------------------------------------------
 
@@ -129,21 +131,19 @@ class Experiment(PolicyTrainer):
         t0 = time.perf_counter()
         gen = self.sampler.generate(prompts, max_new_tokens=s.max_new_tokens,
                                     temperature=s.temperature, top_p=s.top_p, seed=seed)
-        self.clock.gen_seconds += time.perf_counter() - t0
-        self.clock.gen_tokens += int(sum(len(p) for p in prompts) + gen.lengths.sum())
-        self.clock.generated += len(prompts)
-        out = self.make_rollouts(problems, gen, version, self.next_item, self.next_group)
-        self.next_item += len(prompts)
-        self.next_group += n_groups
+        seconds = time.perf_counter() - t0
+        out = self.make_rollouts(problems, gen, version, *self.books.new_ids(n_groups, g))
+        self.books.count_made([r.reward for r in out], seconds,
+                              sum(len(p) for p in prompts) + gen.lengths.sum())
         return out
 
     # ---- evaluation ---------------------------------------------------------------------------
 
-    def evaluate(self) -> dict:
-        """Held-out accuracy and pass@k at the current weights (own seed)."""
-        self.sync_sampler(self.step)
+    def evaluate(self, t: int) -> dict:
+        """Held-out accuracy and pass@k of theta_t, t = the current step (own seed)."""
+        self.sync_sampler(t)
         return evaluate(self.sampler, self.tokenizer, self.task, self.eval_prompts, self.cfg,
-                        seed=derived_seed(self.cfg.run.seed, self.step, EVAL_STREAM))
+                        seed=derived_seed(self.cfg.run.seed, t, EVAL_STREAM))
 
     # ---- checkpoint ---------------------------------------------------------------------------
 
@@ -151,44 +151,37 @@ class Experiment(PolicyTrainer):
         """Everything needed to resume after step ``self.step``."""
         return {"step": self.step, "model": self.model.state_dict(),
                 "optimizer": self.opt.state_dict(), "buffer": self.buffer.state_dict(),
-                "weights": self.weights.snapshots, "clock": self.clock.state_dict(),
-                "counters": {"next_item": self.next_item, "next_group": self.next_group,
-                             "consumed": self.consumed},
+                "weights": self.weights.snapshots, **self.books.state_dict(),
                 "rng": checkpoint.rng_state(self.rng), "log_position": log_position,
-                "elapsed": self.elapsed_before + time.perf_counter() - self.t_start,
                 "probes": self.prober.state_dict() if self.prober else None}
 
-    def load_state_dict(self, state: dict) -> None:
+    def restore(self, state: dict) -> None:
         """Restore a state saved by ``state_dict``."""
         self.step = state["step"]
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.buffer = RolloutBuffer.from_state_dict(state["buffer"])
         self.weights.snapshots = state["weights"]
-        self.clock.load_state_dict(state["clock"])
-        vars(self).update(state["counters"])
+        self.books.load_state_dict(state)
         checkpoint.restore_rng(state["rng"], self.rng)
-        self.elapsed_before = state["elapsed"]
         if self.prober:
             self.prober.load_state_dict(state["probes"])
 
-    # ---- the loop -----------------------------------------------------------------------------
+    def save(self, log_position: int) -> None:
+        """Write probes.npz (with probes) and the checkpoint after step ``self.step``."""
+        if self.prober:
+            self.prober.save()
+        checkpoint.save(os.path.join(self.out, "checkpoint"), self.state_dict(log_position))
 
-    def mu_accounting(self) -> float | None:
-        """The mu used for compute units: schedule.mu_accounting, else the measured one."""
-        return self.mu_fixed if self.mu_fixed is not None else self.clock.mu_time()
+    # ---- the step -----------------------------------------------------------------------------
+
+    def session(self, state: dict | None):
+        """Nothing to start: the emulated engine runs in this process."""
+        return nullcontext()
 
     def counters(self) -> dict:
-        """Running counts, compute units (units of one update C) and mu, for a log record."""
-        gen = self.clock.generated
-        return {"samples_generated": gen, "samples_consumed": self.consumed,
-                "compute_units": self.clock.compute_units(self.mu_accounting()),
-                "wall_time": self.elapsed_before + time.perf_counter() - self.t_start,
-                "replay_ratio_mean": self.consumed / gen if gen else None,
-                "mu_measured": self.clock.mu_time(), "mu_flops": self.clock.mu_flops(),
-                "mu_accounting": self.mu_accounting(),
-                "gen_seconds": self.clock.gen_seconds, "train_seconds": self.clock.train_seconds,
-                "probe_seconds": self.prober.seconds if self.prober else 0.0}
+        """``RunBooks.counters`` with the probes' seconds."""
+        return self.books.counters(self.prober.seconds if self.prober else 0.0)
 
     def advance(self) -> tuple[dict, list[Rollout], list[Rollout]]:
         """Trainer step t = ``self.step`` without evaluation or logging: produce, insert,
@@ -199,72 +192,34 @@ class Experiment(PolicyTrainer):
             self.weights.publish(t, self.model)
         if self.prober:
             self.weights.publish(t, self.model)
-        new = self.production.fill(self.buffer, t, self.produce)
         probing = self.prober is not None and self.prober.due(t)
-        if probing:
-            self.prober.probe(t)
-        if self.prober:
-            self.prober.panel_step(t)
-        batch = self.buffer.sample(sc.batch_size, t, self.rng)
-        self.consumed += len(batch)
-        stats = self.train_step(batch, keep_grad=probing)
+
+        def probe() -> None:  # after the insert, before the draw
+            if probing:
+                self.prober.probe(t)
+            if self.prober:
+                self.prober.panel_step(t)
+        drawn = fill_and_draw(self.production, self.buffer, t, self.produce, self.rng,
+                              self.books, probe)
+        stats = self.train_step(drawn.batch, keep_grad=probing)
         if probing:
             self.prober.add_minibatch(t, stats.pop("grad"))
         self.step = t + 1
         self._prune_snapshots()
-        return stats, new, batch
+        return stats, drawn.new, drawn.batch
+
+    def train(self, t: int, evaluate: bool) -> StepResult:
+        """Step t = ``self.step`` of ``engines.loop.run_loop``: evaluate theta_t if
+        ``evaluate``, then ``advance``."""
+        evaluation = self.evaluate(t) if evaluate else None
+        stats, _, batch = self.advance()
+        return StepResult(evaluation=evaluation, stats=stats,
+                          batch_reward=float(np.mean([r.reward for r in batch])),
+                          buffer=self.buffer.step_stats())
 
     def run(self, resume: bool = False) -> dict:
         """Train to ``run.steps`` (from the last checkpoint if ``resume``); returns the summary."""
-        cfg = self.cfg
-        ckpt_dir = os.path.join(self.out, "checkpoint")
-        metrics_path = os.path.join(self.out, "metrics.jsonl")
-        self.t_start = time.perf_counter()
-        state = checkpoint.load(ckpt_dir) if resume else None
-        if state is not None:
-            self.load_state_dict(state)
-        # Lines written after the checkpoint are replayed identically, so cut them off.
-        MetricsLog.truncate(metrics_path, state["log_position"] if state else 0)
-        log = MetricsLog(metrics_path, os.path.join(self.out, "tensorboard")
-                         if cfg.run.tensorboard else None)
-        bar = tqdm(total=cfg.run.steps, initial=self.step, disable=not cfg.run.progress,
-                   desc="steps", dynamic_ncols=True)
-        last_eval = None
-        while self.step < cfg.run.steps:
-            t = self.step
-            record = dict.fromkeys(REQUIRED_KEYS)
-            record["step"] = t
-            if t % cfg.eval.every == 0:
-                record.update(self.evaluate())
-                last_eval = record["eval_accuracy"]
-            stats, new, batch = self.advance()
-            if t % cfg.run.log_every == 0 or record.get("eval_accuracy") is not None:
-                record.update(stats)
-                record.update(self.buffer.step_stats())
-                record["train_reward"] = float(np.mean([r.reward for r in new])) if new else None
-                record["batch_reward"] = float(np.mean([r.reward for r in batch]))
-                record["new_rollouts"] = len(new)
-                record.update(self.counters())
-                log.write(record)
-            bar.update(1)
-            bar.set_postfix(reward=record["train_reward"], acc=last_eval, refresh=False)
-            if self.step % cfg.run.checkpoint_every == 0 or self.step == cfg.run.steps:
-                if self.prober:
-                    self.prober.save()
-                checkpoint.save(ckpt_dir, self.state_dict(log.position()))
-        bar.close()
-        final = dict.fromkeys(REQUIRED_KEYS)
-        final["step"] = self.step
-        final.update(self.evaluate())
-        final.update(self.counters())
-        records = read_jsonl(metrics_path)
-        if not records or records[-1]["step"] != self.step:
-            log.write(final)
-            records.append(final)
-        log.close()
-        summary = summarize(records, self.summary_extra())
-        write_json(os.path.join(self.out, "summary.json"), summary)
-        return summary
+        return run_loop(self, resume)
 
     def _prune_snapshots(self) -> None:
         """Keep the weight versions producers or probes may still ask for."""
@@ -273,26 +228,16 @@ class Experiment(PolicyTrainer):
             keep |= self.prober.versions_needed(self.step)
         self.weights.keep_only(keep)
 
-    def summary_extra(self) -> dict:
-        """Summary fields beyond the metrics: mu, timing per step, probe cost, histograms."""
-        c = self.clock
-        extra = {k: val for k, val in self.counters().items()
-                 if k in ("mu_measured", "mu_flops", "mu_accounting", "compute_units",
-                          "wall_time", "probe_seconds")}
-        extra.update({
-            "histograms": self.buffer.index.histograms(),
-            "parameters": c.n_params,
-            "warm_start_sha256": self.warm_start_sha256,
-            "steps": c.steps,
-            "gen_seconds_per_step": c.gen_seconds / max(c.steps, 1),
-            "train_seconds_per_step": c.train_seconds / max(c.steps, 1),
-            "probe_fraction_of_wall_time": (self.prober.seconds / extra["wall_time"])
-            if self.prober and extra["wall_time"] else 0.0,
-            "rollouts_per_step": self.production.rollouts_per_step,
-            "schedule": {"mode": self.cfg.schedule.mode, "latency": self.production.latency,
-                         "refresh_every": self.production.refresh},
-        })
-        return extra
+    def summary_fields(self) -> dict:
+        """Summary fields beyond the metrics (``RunBooks.summary``) with the warm start's
+        identity (a grid's runs must share it: sweep.py, judge.py)."""
+        p = self.production
+        return self.books.summary(
+            self.counters(), histograms=self.buffer.index.histograms(),
+            rollouts_per_step=p.rollouts_per_step,
+            schedule={"mode": self.cfg.schedule.mode, "latency": p.latency,
+                      "refresh_every": p.refresh},
+            fields={"warm_start_sha256": self.warm_start_sha256})
 
 
 def run_experiment(cfg: Config, out_dir: str, resume: bool = False,

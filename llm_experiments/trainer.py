@@ -34,10 +34,12 @@ def grade_rollouts(cfg: Config, task, tokenizer, encode, problems, gen, version:
     out = []
     for i in range(len(texts)):
         p = problems[i // g]
-        out.append(Rollout(first_item + i, first_group + i // g, p.pid, version,
-                           np.asarray(encode(p), dtype=np.int32), gen.completion(i).copy(),
-                           gen.logprobs[i, :gen.lengths[i]].copy(), float(rewards[i]),
-                           float(adv[i])))
+        out.append(Rollout(item_id=first_item + i, group_id=first_group + i // g,
+                           problem_id=p.pid, version=version,
+                           prompt=np.asarray(encode(p), dtype=np.int32),
+                           completion=gen.completion(i).copy(),
+                           logprobs=gen.logprobs[i, :gen.lengths[i]].copy(),
+                           reward=float(rewards[i]), advantage=float(adv[i])))
     return out
 
 

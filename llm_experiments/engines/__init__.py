@@ -1,4 +1,5 @@
-"""Engines that run the W workers / T trainers system (``schedule.engine``).
+"""Engines that run the W workers / T trainers system (``schedule.engine``), over one run loop
+(``loop.py``: the step sequence, records, checkpoints, and the counters and summary, ``RunBooks``).
 
 * ``emulated`` (default): one process, one CPU stream, deterministic (``experiment.py``):
   production follows ``schedule.Production`` (rates from ``schedule.mu_accounting``, a fixed

@@ -32,7 +32,11 @@ newest weights when it starts a chunk (a sampler never changes weights inside a 
 passes each finished chunk to the buffer by reference (the rollouts never go through the
 driver) and counts it once the buffer holds it, starts a trainer step as soon as every shard
 can give its part, evaluates the weights theta_t in its own thread while step t runs and
-chunks keep being handed on, logs and checkpoints. Trainer rank 0 publishes its weights to
+chunks keep being handed on, logs and checkpoints. The steps, records, checkpoints' timing,
+counters and summary are those of every engine (``engines.loop``: ``run_loop`` calls
+``RayRun``'s hooks, ``RunBooks`` counts); only the scheduling of chunks is the driver's own.
+A record's ``train_reward`` and ``new_rollouts`` are those of the chunks that reached the
+buffer during its step. Trainer rank 0 publishes its weights to
 the object store every ``schedule.refresh_every`` steps. With the LIFO queue a sampler waits
 while the queue could not take its chunk (nothing is made only to be evicted); the config
 check refuses a queue so small that every sampler could wait with less than a batch held
@@ -54,6 +58,7 @@ import socket
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -64,21 +69,20 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutErro
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from replaytheory.io import write_json
-
 from .. import checkpoint
 from ..buffer import HeldRollouts, RolloutBuffer
 from ..config import Config
 from ..direct import supports
 from ..trainer import PolicyTrainer, grade_rollouts
 from ..kernels import use_onednn_linear
-from ..metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
-from ..models import encode_prompt, load_policy, param_count
+from ..metrics import evaluate
+from ..models import encode_prompt, load_policy, param_count, weights_sha256
 from ..probes import Prober, RunCounts, RunView
 from ..samplers import WeightUpdate, make_sampler
 from ..schedule import ComputeClock, WeightStore
 from ..seeds import BUFFER_STREAM, DELAY_STREAM, EVAL_STREAM, derived_seed
 from ..tasks import make_task
+from .loop import RunBooks, StepResult, run_loop
 from .ray_plan import RESOLUTION, chunk_groups, shares
 
 # Seconds without any actor finishing its work before the run stops with an error naming what
@@ -112,15 +116,15 @@ def cpu_state(model) -> dict:
 @dataclass
 class ChunkReport:
     """Sampler -> driver, for one chunk: rollouts made, seconds generating (``gen_seconds``,
-    the injected delay included) and in the whole call (``busy_seconds``), tokens, the sum of
-    the rewards, and the seconds of injected delay (``injected_seconds``, part of
+    the injected delay included) and in the whole call (``busy_seconds``), tokens, the
+    rollouts' rewards, and the seconds of injected delay (``injected_seconds``, part of
     ``gen_seconds``)."""
 
     rollouts: int
     gen_seconds: float
     busy_seconds: float
     tokens: int
-    reward_sum: float
+    rewards: list[float]
     injected_seconds: float = 0.0
 
 
@@ -202,9 +206,10 @@ class SamplerWorker:
         gen_seconds = time.perf_counter() - t1
         rollouts = grade_rollouts(self.cfg, self.task, self.tokenizer, self.encode, problems,
                                   gen, version, first_item, first_group)
-        report = ChunkReport(len(rollouts), gen_seconds, time.perf_counter() - t0,
-                             int(sum(len(p) for p in prompts) + gen.lengths.sum()),
-                             float(sum(r.reward for r in rollouts)), injected)
+        report = ChunkReport(rollouts=len(rollouts), gen_seconds=gen_seconds,
+                             busy_seconds=time.perf_counter() - t0,
+                             tokens=int(sum(len(p) for p in prompts) + gen.lengths.sum()),
+                             rewards=[r.reward for r in rollouts], injected_seconds=injected)
         return report, rollouts
 
 
@@ -479,35 +484,31 @@ def _cpu_gpu(resources: dict) -> dict:
 
 
 @dataclass
-class _Books:
-    """What the driver accounts across a run (checkpointed): the clock of generation and
-    training, id counters, busy seconds per actor and per driver phase, rewards of the rollouts
-    made since the last record, seconds of the gradient probes: the pauses while trainer
-    rank 0 probes, and its snapshot keeping in the steps."""
+class ActorBooks:
+    """What the driver accounts beyond the run's ``RunBooks`` (checkpointed): busy seconds
+    per actor and per driver phase, seconds of the gradient probes (the pauses while trainer
+    rank 0 probes, and its snapshot keeping in the steps), injected delay."""
 
-    clock: ComputeClock
-    next_item: int = 0
-    next_group: int = 0
     busy: dict = field(default_factory=dict)
     phases: dict = field(default_factory=lambda: {"startup_seconds": 0.0, "eval_seconds": 0.0,
                                                   "checkpoint_seconds": 0.0,
                                                   "data_wait_seconds": 0.0})
     actors_up_seconds: float = 0.0  # actors' lifetime before this session
-    reward_sum: float = 0.0
-    reward_count: int = 0
     probe_pause_seconds: float = 0.0  # outside every actor's busy and idle seconds
     probe_books_seconds: float = 0.0  # trainer0's, outside its busy seconds
     injected_gen_delay_seconds: float = 0.0  # schedule.injected_gen_delay slept, in gen_seconds
 
+    def add_busy(self, actor: str, seconds: float) -> None:
+        """Count ``seconds`` (>= 0) of work of ``actor`` (sampler{i} or trainer{k})."""
+        self.busy[actor] = self.busy.get(actor, 0.0) + seconds
+
     def state_dict(self) -> dict:
         """Plain-object state."""
-        return {**{k: v for k, v in vars(self).items() if k != "clock"},
-                "clock": self.clock.state_dict()}
+        return dict(vars(self))
 
     def load_state_dict(self, state: dict) -> None:
         """Restore ``state_dict``'s output."""
-        self.clock.load_state_dict(state["clock"])
-        vars(self).update({k: v for k, v in state.items() if k != "clock"})
+        vars(self).update(state)
 
 
 class RayRun:
@@ -527,11 +528,13 @@ class RayRun:
         self.initial = cpu_state(model)
         self.eval_prompts = [encode_prompt(self.tokenizer, p.prompt, cfg.task.chat_template)
                              for p in self.task.eval_problems]
-        self.books = _Books(ComputeClock(param_count(model), sc.batch_size))
+        self.warm_start_sha256 = weights_sha256(model)
+        self.books = RunBooks(ComputeClock(param_count(model), sc.batch_size),
+                              sc.mu_accounting if sc.mu_accounting > 0 else None)
+        self.actor_books = ActorBooks()
         self.rng = np.random.default_rng(cfg.run.seed)
-        self.mu_fixed = sc.mu_accounting if sc.mu_accounting > 0 else None
         self.chunk_groups = chunk_groups(sc.batch_size, sc.workers, sc.group_size)
-        self.step, self.elapsed_before = 0, 0.0
+        self.step = 0
         self.tag = uuid.uuid4().hex[:8]
 
     # ---- actors ---------------------------------------------------------------------------
@@ -574,7 +577,7 @@ class RayRun:
         self.blocked: set[int] = set()
         self.probing = False
         self.start_time = time.perf_counter()
-        self.books.phases["startup_seconds"] += self.start_time - self.t_start
+        self.actor_books.phases["startup_seconds"] += self.start_time - self.books.t_start
 
     def _place(self) -> list[dict]:
         """Create the placement group of ``bundles`` and wait for it, at most
@@ -638,10 +641,9 @@ class RayRun:
         version = self.latest
         weights = self.weights[version] if self.sampler_version[i] != version else None
         report, rollouts = self.samplers[i].produce.options(num_returns=2).remote(
-            problems, version, weights, seed, self.books.next_item, self.books.next_group)
+            problems, version, weights, seed, *self.books.new_ids(self.chunk_groups,
+                                                                  sc.group_size))
         self.sampler_version[i] = version
-        self.books.next_item += n
-        self.books.next_group += self.chunk_groups
         self.in_flight[report] = (i, rollouts, self.chunk_groups)
 
     def _held(self) -> int | None:
@@ -677,15 +679,9 @@ class RayRun:
         i, rollouts, _ = self.in_flight.pop(ref)
         rep = self._get(ref, f"sampler{i}")
         held = self._add(i, rollouts, rep.rollouts)
-        c = self.books.clock
-        c.gen_seconds += rep.gen_seconds
-        c.gen_tokens += rep.tokens
-        c.generated += rep.rollouts
-        self.books.busy[f"sampler{i}"] = self.books.busy.get(f"sampler{i}", 0.0) + \
-            rep.busy_seconds
-        self.books.reward_sum += rep.reward_sum
-        self.books.injected_gen_delay_seconds += rep.injected_seconds
-        self.books.reward_count += rep.rollouts
+        self.books.count_made(rep.rewards, rep.gen_seconds, rep.tokens)
+        self.actor_books.add_busy(f"sampler{i}", rep.busy_seconds)
+        self.actor_books.injected_gen_delay_seconds += rep.injected_seconds
         self._dispatch(i, held)
 
     def _add(self, i: int, rollouts, n: int) -> int:
@@ -703,14 +699,23 @@ class RayRun:
 
     # ---- trainers -------------------------------------------------------------------------
 
-    def _train(self, t: int, record: dict) -> list:
+    def train(self, t: int, evaluate: bool) -> StepResult:
+        """Step t of ``engines.loop.run_loop``: trainer step ``t`` (waiting for data first),
+        evaluating theta_t meanwhile if ``evaluate``, chunks handed on throughout."""
+        evaluation, reports = self._train(t, evaluate)
+        self.step = t + 1
+        result = self._account(t, reports, evaluation)
+        self._restart_blocked()
+        return result
+
+    def _train(self, t: int, evaluate: bool) -> tuple[dict | None, list]:
         """Run trainer step ``t`` (waiting for data first), evaluating theta_t meanwhile if
-        due; returns the trainers' StepReports."""
+        ``evaluate``; returns (the evaluation or None, the trainers' StepReports)."""
         cfg = self.cfg
         t0 = time.perf_counter()
         while not self._get(self.buffer.ready.remote(), "buffer"):
             self._wait([])
-        self.books.phases["data_wait_seconds"] += time.perf_counter() - t0
+        self.actor_books.phases["data_wait_seconds"] += time.perf_counter() - t0
         if cfg.probe.every and t % cfg.probe.every == 0:
             self._probe(t)
         publish = (t + 1) % cfg.schedule.refresh_every == 0 or \
@@ -719,12 +724,9 @@ class RayRun:
                                                 if v is not None)}))
         calls = [tr.step.options(num_returns=2).remote(t, publish and k == 0, in_use)
                  for k, tr in enumerate(self.trainers)]
-        evaluation = self.eval_thread.submit(self.evaluate, t) \
-            if t % cfg.eval.every == 0 else None
+        evaluation = self.eval_thread.submit(self.evaluate, t) if evaluate else None
         reports = [c[0] for c in calls]
         self._serve(reports, evaluation)
-        if evaluation is not None:
-            record.update(evaluation.result())
         out = self._get(reports, "trainer")
         if publish:
             self.weights[t + 1] = calls[0][1]
@@ -732,7 +734,7 @@ class RayRun:
                 self.latest = t + 1
         keep = {self.latest, t + 1, *self.sampler_version}
         self.weights = {v: r for v, r in self.weights.items() if v in keep}
-        return out
+        return (evaluation.result() if evaluation is not None else None), out
 
     def _serve(self, step_refs: list, evaluation: Future | None) -> None:
         """Hand on finished chunks and restart their samplers until the calls ``step_refs``
@@ -757,22 +759,24 @@ class RayRun:
         self._get(ref, "trainer0")
         self.probing = False
         self._restart_blocked()
-        self.books.probe_pause_seconds += time.perf_counter() - t0
+        self.actor_books.probe_pause_seconds += time.perf_counter() - t0
 
-    def _account(self, t: int, reports: list, record: dict) -> None:
-        """Fill ``record`` with step t's statistics, averaged over the ranks."""
+    def _account(self, t: int, reports: list, evaluation: dict | None) -> StepResult:
+        """Count step t's update and return its statistics, averaged over the ranks."""
         c = self.books.clock
         c.train_seconds += reports[0].train_seconds
         c.train_tokens += sum(r.tokens for r in reports)
         c.steps += 1
+        self.books.consumed += self.cfg.schedule.batch_size
         for k, rep in enumerate(reports):
-            self.books.busy[f"trainer{k}"] = self.books.busy.get(f"trainer{k}", 0.0) + \
-                rep.busy_seconds
-        self.books.probe_books_seconds += reports[0].probe_seconds
-        for key in reports[0].stats:
-            record[key] = float(np.mean([r.stats[key] for r in reports]))
-        record["batch_reward"] = float(np.mean([r.batch_reward for r in reports]))
-        record.update(self._get(self.buffer.pop_stats.remote(t), "buffer"))
+            self.actor_books.add_busy(f"trainer{k}", rep.busy_seconds)
+        self.actor_books.probe_books_seconds += reports[0].probe_seconds
+        return StepResult(
+            evaluation=evaluation,
+            stats={key: float(np.mean([r.stats[key] for r in reports]))
+                   for key in reports[0].stats},
+            batch_reward=float(np.mean([r.batch_reward for r in reports])),
+            buffer=self._get(self.buffer.pop_stats.remote(t), "buffer"))
 
     # ---- evaluation, books, checkpoints ---------------------------------------------------
 
@@ -782,42 +786,29 @@ class RayRun:
         self.evaluator.load_weights(WeightUpdate(t, self._get(self.weights[t], "trainer0")))
         out = evaluate(self.evaluator, self.tokenizer, self.task, self.eval_prompts, self.cfg,
                        seed=derived_seed(self.cfg.run.seed, t, EVAL_STREAM))
-        self.books.phases["eval_seconds"] += time.perf_counter() - t0
+        self.actor_books.phases["eval_seconds"] += time.perf_counter() - t0
         return out
-
-    def wall_time(self) -> float:
-        return self.elapsed_before + time.perf_counter() - self.t_start
 
     def actors_up(self) -> float:
         """Seconds the actors have been up and ready, over every session of the run."""
-        return self.books.actors_up_seconds + time.perf_counter() - self.start_time
-
-    def mu_accounting(self) -> float | None:
-        """schedule.mu_accounting, else the measured mu."""
-        return self.mu_fixed if self.mu_fixed is not None else self.books.clock.mu_time()
+        return self.actor_books.actors_up_seconds + time.perf_counter() - self.start_time
 
     def counters(self) -> dict:
-        """Running counts, compute, mu, seconds per phase, busy and idle seconds per actor
-        (idle: up, less busy, less the probes' seconds)."""
-        c, wall, up = self.books.clock, self.wall_time(), self.actors_up()
-        consumed = c.steps * self.cfg.schedule.batch_size
-        pause, probe = self.books.probe_pause_seconds, self.probe_seconds()
-        return {"samples_generated": c.generated, "samples_consumed": consumed,
-                "compute_units": c.compute_units(self.mu_accounting()), "wall_time": wall,
-                "replay_ratio_mean": consumed / c.generated if c.generated else None,
-                "mu_measured": c.mu_time(), "mu_flops": c.mu_flops(),
-                "mu_accounting": self.mu_accounting(), "gen_seconds": c.gen_seconds,
-                "train_seconds": c.train_seconds, "probe_seconds": probe,
-                "injected_gen_delay_seconds": self.books.injected_gen_delay_seconds,
-                **self.books.phases,
-                "busy_seconds": dict(self.books.busy),
+        """``RunBooks.counters`` and the actors': seconds per phase, busy and idle seconds
+        per actor (idle: up, less busy, less the probes' seconds)."""
+        a, up = self.actor_books, self.actors_up()
+        pause, probe = a.probe_pause_seconds, self.probe_seconds()
+        return {**self.books.counters(probe),
+                "injected_gen_delay_seconds": a.injected_gen_delay_seconds,
+                **a.phases,
+                "busy_seconds": dict(a.busy),
                 "idle_seconds": {k: max(0.0, up - v - (probe if k == "trainer0" else pause))
-                                 for k, v in self.books.busy.items()}}
+                                 for k, v in a.busy.items()}}
 
     def probe_seconds(self) -> float:
         """Seconds of the gradient probes (>= 0): the pauses while trainer rank 0 probes and
         its snapshot keeping in the steps."""
-        return self.books.probe_pause_seconds + self.books.probe_books_seconds
+        return self.actor_books.probe_pause_seconds + self.actor_books.probe_books_seconds
 
     def _save_probes(self) -> dict | None:
         """Write ``probes.npz`` (trainer rank 0's tables with the driver's counts and the
@@ -826,115 +817,75 @@ class RayRun:
         if not self.cfg.probe.every:
             return None
         c = self.books.clock
-        counts = RunCounts(c.generated, c.steps * self.cfg.schedule.batch_size, c.steps,
-                           c.mu_time(), self.mu_accounting())
+        counts = RunCounts(c.generated, self.books.consumed, c.steps, c.mu_time(),
+                           self.books.mu_accounting())
         probes, state = self._get([
             self.trainers[0].probes.remote(counts, c.generated / max(c.steps, 1)),
             self.trainers[0].probe_state.remote()], "trainer0")
         probes.save(os.path.join(self.out, "probes.npz"))
         return state
 
-    def _checkpoint(self, log: MetricsLog) -> None:
+    def save(self, log_position: int) -> None:
+        """Write the checkpoint after step ``self.step`` (and probes.npz with probes)."""
         t0 = time.perf_counter()
         model, opt, buf = self._get([self.trainers[0].weights.remote(),
                                      self.trainers[0].optimizer_state.remote(),
                                      self.buffer.state_dict.remote()], "trainer0/buffer")
         probes = self._save_probes()
-        self.books.phases["checkpoint_seconds"] += time.perf_counter() - t0
-        books = self.books.state_dict()
-        books["actors_up_seconds"] = self.actors_up()
+        self.actor_books.phases["checkpoint_seconds"] += time.perf_counter() - t0
+        actors = self.actor_books.state_dict()
+        actors["actors_up_seconds"] = self.actors_up()
         checkpoint.save(os.path.join(self.out, "checkpoint"), {
             "engine": "ray", "step": self.step, "model": model, "optimizer": opt,
-            "buffer": buf, "books": books, "probes": probes,
-            "rng": checkpoint.rng_state(self.rng), "log_position": log.position(),
-            "elapsed": self.wall_time()})
+            "buffer": buf, **self.books.state_dict(), "actors": actors, "probes": probes,
+            "rng": checkpoint.rng_state(self.rng), "log_position": log_position})
+
+    def restore(self, state: dict) -> None:
+        """Take the driver's part of a checkpoint (the actors take theirs in ``session``)."""
+        if state.get("engine") != "ray" or "actors" not in state:
+            raise ValueError("--resume: the checkpoint was not written by this version's "
+                             "schedule.engine=ray")
+        self.step = state["step"]
+        self.books.load_state_dict(state)
+        self.actor_books.load_state_dict(state["actors"])
+        checkpoint.restore_rng(state["rng"], self.rng)
 
     # ---- the loop -------------------------------------------------------------------------
 
     def run(self, resume: bool = False) -> dict:
-        """Train to ``run.steps`` (from the last checkpoint if ``resume``); returns the
-        summary (``summary.json``)."""
-        cfg = self.cfg
-        metrics_path = os.path.join(self.out, "metrics.jsonl")
-        state = checkpoint.load(os.path.join(self.out, "checkpoint")) if resume else None
-        if state is not None:
-            if state.get("engine") != "ray":
-                raise ValueError("--resume: the checkpoint was not written by "
-                                 "schedule.engine=ray")
-            self.step, self.elapsed_before = state["step"], state["elapsed"]
-            self.books.load_state_dict(state["books"])
-            checkpoint.restore_rng(state["rng"], self.rng)
-        MetricsLog.truncate(metrics_path, state["log_position"] if state else 0)
-        log = MetricsLog(metrics_path, os.path.join(self.out, "tensorboard")
-                         if cfg.run.tensorboard else None)
-        self.t_start = time.perf_counter()
+        """Train to ``run.steps`` (from the last checkpoint if ``resume``) with
+        ``engines.loop.run_loop``; returns the summary (``summary.json``)."""
+        return run_loop(self, resume)
+
+    @contextmanager
+    def session(self, state: dict | None):
+        """Connect, start the actors (from ``state`` if resuming) and the first chunks; stop
+        them at the end."""
         ours = connect(self.address)
         # Evaluations run here while the loop goes on (``_serve``); one at a time, in order.
         self.eval_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evaluation")
         try:
             self._start(state)
-            for i in range(cfg.schedule.workers):
+            for i in range(self.cfg.schedule.workers):
                 self._dispatch(i, self._held())
-            self._loop(log)
-            final = dict.fromkeys(REQUIRED_KEYS)
-            final["step"] = self.step
-            final.update(self.evaluate(self.step))
-            final.update(self.counters())
-            hist = self._get(self.buffer.histograms.remote(), "buffer")
+            yield
         finally:
             self.eval_thread.shutdown(wait=False, cancel_futures=True)
             self._stop()
             if ours:
                 ray.shutdown()
-        records = read_jsonl(metrics_path)
-        if not records or records[-1]["step"] != self.step:
-            log.write(final)
-            records.append(final)
-        log.close()
-        summary = summarize(records, self.summary_extra(hist))
-        write_json(os.path.join(self.out, "summary.json"), summary)
-        return summary
 
-    def _loop(self, log: MetricsLog) -> None:
-        cfg = self.cfg
-        while self.step < cfg.run.steps:
-            t = self.step
-            record = dict.fromkeys(REQUIRED_KEYS)
-            record["step"] = t
-            reports = self._train(t, record)
-            self.step = t + 1
-            self._account(t, reports, record)
-            self._restart_blocked()
-            if t % cfg.run.log_every == 0 or record.get("eval_accuracy") is not None:
-                b = self.books
-                record["train_reward"] = b.reward_sum / b.reward_count if b.reward_count \
-                    else None
-                record["new_rollouts"] = b.reward_count
-                b.reward_sum, b.reward_count = 0.0, 0
-                record.update(self.counters())
-                log.write(record)
-            if self.step % cfg.run.checkpoint_every == 0 or self.step == cfg.run.steps:
-                self._checkpoint(log)
-
-    def summary_extra(self, histograms: dict) -> dict:
-        """Summary fields beyond the metrics (as the emulated engine's, plus the actors')."""
+    def summary_fields(self) -> dict:
+        """Summary fields beyond the metrics (``RunBooks.summary``, plus the actors')."""
         c, sc = self.books.clock, self.cfg.schedule
-        extra = {k: v for k, v in self.counters().items()
-                 if k in ("mu_measured", "mu_flops", "mu_accounting", "compute_units",
-                          "wall_time", "probe_seconds", "busy_seconds", "idle_seconds",
-                          "injected_gen_delay_seconds",
-                          *self.books.phases)}
-        extra.update({
-            "histograms": histograms, "parameters": c.n_params, "steps": c.steps,
-            "gen_seconds_per_step": c.gen_seconds / max(c.steps, 1),
-            "train_seconds_per_step": c.train_seconds / max(c.steps, 1),
-            "probe_fraction_of_wall_time": self.probe_seconds() / extra["wall_time"]
-            if extra["wall_time"] else 0.0,
-            "rollouts_per_step": c.generated / max(c.steps, 1),
-            "schedule": {"mode": sc.mode, "engine": "ray", "workers": sc.workers,
-                         "trainers": sc.trainers, "refresh_every": sc.refresh_every,
-                         "chunk_groups": self.chunk_groups, "latency": None,
-                         "injected_gen_delay": sc.injected_gen_delay,
-                         "injected_gen_sigma": sc.injected_gen_sigma},
-        })
-        return extra
+        return self.books.summary(
+            self.counters(), histograms=self._get(self.buffer.histograms.remote(), "buffer"),
+            rollouts_per_step=c.generated / max(c.steps, 1),
+            schedule={"mode": sc.mode, "engine": "ray", "workers": sc.workers,
+                      "trainers": sc.trainers, "refresh_every": sc.refresh_every,
+                      "chunk_groups": self.chunk_groups, "latency": None,
+                      "injected_gen_delay": sc.injected_gen_delay,
+                      "injected_gen_sigma": sc.injected_gen_sigma},
+            also=("busy_seconds", "idle_seconds", "injected_gen_delay_seconds",
+                  *self.actor_books.phases),
+            fields={"warm_start_sha256": self.warm_start_sha256})

@@ -54,6 +54,7 @@ from replaytheory.buffer import SAMPLING_MODES
 
 from ..buffer import Rollout, RolloutBuffer
 from ..config import from_dict
+from ..engines.loop import RunBooks, fill_and_draw
 from ..gradients import flat_grad
 from ..models import param_count
 from ..probes import Prober, RunCounts, RunView
@@ -308,9 +309,10 @@ class ReplayGRPOTrainer(GRPOTrainer):
     ``probe_dir``). GRPOConfig's ``per_device_train_batch_size`` is R, the rollouts generated
     per optimizer step; it needs ``steps_per_generation = num_iterations =
     gradient_accumulation_steps = 1``. A ``CalibrationCallback`` is added (``calibration``).
-    Attributes after training: ``buffer``, ``clock`` (``schedule.ComputeClock``: generated,
-    production and update seconds), ``consumed``, ``steps`` (one ``ReplayStep`` per step when
-    ``keep_steps``, else the last only).
+    Attributes after training: ``buffer``, ``books`` (the harness's ``engines.loop.RunBooks``:
+    ``clock``, a ``schedule.ComputeClock`` of rollouts generated, production and update
+    seconds; ``consumed``), ``steps`` (one ``ReplayStep`` per step when ``keep_steps``, else
+    the last only).
     """
 
     def __init__(self, *args, replay: ReplaySettings, probes=None, probe_dir: str | None = None,
@@ -330,8 +332,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         self.buffer = RolloutBuffer.for_config(self.harness)
         self.production = Production(self.harness.schedule)
         self.replay_rng = np.random.default_rng(replay.seed)
-        self.clock = ComputeClock(param_count(self.model), replay.batch_size)
-        self.consumed = self.next_item = self.next_group = 0
+        self.books = RunBooks(ComputeClock(param_count(self.model), replay.batch_size))
         self.keep_steps = bool(keep_steps)
         self.steps: list[ReplayStep] = []
         self.keep_grad = False
@@ -339,6 +340,16 @@ class ReplayGRPOTrainer(GRPOTrainer):
         self._rewards: torch.Tensor | None = None
         self.calibration = CalibrationCallback(self, probes, probe_dir)
         self.add_callback(self.calibration)
+
+    @property
+    def clock(self) -> ComputeClock:
+        """Generation and update costs so far (``books.clock``)."""
+        return self.books.clock
+
+    @property
+    def consumed(self) -> int:
+        """Rollouts drawn for training so far."""
+        return self.books.consumed
 
     def _check_supported(self) -> None:
         """Refuse the GRPOConfig settings this trainer does not implement (named)."""
@@ -388,17 +399,16 @@ class ReplayGRPOTrainer(GRPOTrainer):
         pmask, cmask = out["prompt_mask"].bool().cpu(), out["completion_mask"].bool().cpu()
         pids, cids = out["prompt_ids"].cpu(), out["completion_ids"].cpu()
         logps, adv = out["old_per_token_logps"].float().cpu(), out["advantages"].float().cpu()
+        first_item, first_group = self.books.new_ids(n // g, g)
         rollouts = []
         for i in range(n):
-            group = self.next_group + i // g
+            group = first_group + i // g
             rollouts.append(Rollout(
-                self.next_item + i, group, group, version,
-                pids[i][pmask[i]].numpy().astype(np.int32),
-                cids[i][cmask[i]].numpy().astype(np.int32),
-                logps[i][cmask[i]].numpy().astype(np.float32),
-                float(self._rewards[i]), float(adv[i])))
-        self.next_item += n
-        self.next_group += n // g
+                item_id=first_item + i, group_id=group, problem_id=group, version=version,
+                prompt=pids[i][pmask[i]].numpy().astype(np.int32),
+                completion=cids[i][cmask[i]].numpy().astype(np.int32),
+                logprobs=logps[i][cmask[i]].numpy().astype(np.float32),
+                reward=float(self._rewards[i]), advantage=float(adv[i])))
         return rollouts
 
     def _producer(self, generation_batch: list[dict]):
@@ -417,10 +427,11 @@ class ReplayGRPOTrainer(GRPOTrainer):
             rows = [generation_batch[p * g + j] for p in picks for j in range(g)]
             t0 = time.perf_counter()
             out = self._generate_and_score_completions(rows)
-            self.clock.gen_seconds += time.perf_counter() - t0
-            self.clock.gen_tokens += int(out["prompt_mask"].sum() + out["completion_mask"].sum())
-            self.clock.generated += len(rows)
-            return self._rollouts(out, version)
+            seconds = time.perf_counter() - t0
+            rollouts = self._rollouts(out, version)
+            self.books.count_made([r.reward for r in rollouts], seconds,
+                                  int(out["prompt_mask"].sum() + out["completion_mask"].sum()))
+            return rollouts
         return produce
 
     # ---- the step: fill the buffer, draw B, hand TRL a batch with stored log-probs ----------
@@ -431,11 +442,13 @@ class ReplayGRPOTrainer(GRPOTrainer):
         if not self.model.training:
             return super()._prepare_inputs(generation_batch)
         step = self.state.global_step
-        new = self.production.fill(self.buffer, step, self._producer(generation_batch))
-        batch = self.buffer.sample(self.replay.batch_size, step, self.replay_rng)
-        self.consumed += len(batch)
+        self.books.start_step()
+        drawn = fill_and_draw(self.production, self.buffer, step,
+                              self._producer(generation_batch), self.replay_rng, self.books)
+        batch = drawn.batch
         self.clock.train_tokens += int(sum(len(r.prompt) + len(r.completion) for r in batch))
-        record = ReplayStep(step, new, batch, self.buffer.step_stats())
+        record = ReplayStep(step=step, new=drawn.new, batch=batch,
+                            buffer=self.buffer.step_stats())
         self.steps = self.steps + [record] if self.keep_steps else [record]
         self._log_replay(record)
         return self._collate(batch)
@@ -468,15 +481,13 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
     def _log_replay(self, record: ReplayStep) -> None:
         """Replay statistics of the step into TRL's metrics (averaged per logging window)."""
-        gen = self.clock.generated
         values = {"staleness_mean": record.buffer["staleness_mean"],
                   "steps_since_last_use_mean": record.buffer["steps_since_last_use_mean"],
                   "first_use_fraction": record.buffer["first_use_fraction"],
                   "buffer_occupancy": record.buffer["buffer_occupancy"],
-                  "replay_ratio": self.consumed / gen if gen else None,
-                  "new_rollouts": len(record.new),
-                  "new_reward": float(np.mean([r.reward for r in record.new]))
-                  if record.new else None}
+                  "replay_ratio": self.books.replay_ratio(),
+                  "new_rollouts": len(self.books.made_rewards),
+                  "new_reward": self.books.train_reward()}
         for key, val in values.items():
             self._metrics["train"][REPLAY_PREFIX + key].append(
                 math.nan if val is None else float(val))

@@ -36,6 +36,7 @@ from replaytheory.cli_input import Parser, output_dir
 from replaytheory.io import write_json
 
 from ..config import Config, load_config, save_config
+from ..engines.loop import RunBooks
 from ..metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
 from ..models import encode_prompt, load_policy, param_count
 from ..samplers import WeightUpdate
@@ -104,34 +105,31 @@ def _dataset(cfg: Config, task, r: int):
 
 
 class ReplayAccounting:
-    """What the records read from a ``ReplayGRPOTrainer``: its ``clock`` (generation and update
-    seconds, rollouts generated), rollouts consumed, and the last step's draw."""
+    """What the records read from a ``ReplayGRPOTrainer``: its ``books`` (the harness's
+    ``RunBooks``: generation and update seconds, rollouts generated and consumed), the
+    probes' seconds, and the last step's draw."""
 
     name = "trl.ReplayGRPOTrainer"
 
     def __init__(self, trainer):
         self.trainer = trainer
-
-    @property
-    def clock(self):
-        return self.trainer.clock
-
-    @property
-    def consumed(self) -> int:
-        return self.trainer.consumed
+        self.books = trainer.books
 
     @property
     def rollouts_per_step(self) -> int:
         return self.trainer.production.rollouts_per_step
 
+    def probe_seconds(self) -> float:
+        """Seconds of the gradient probes so far (0 without probes)."""
+        prober = self.trainer.calibration.prober
+        return prober.seconds if prober is not None else 0.0
+
     def step_stats(self) -> dict:
         """The buffer statistics, rewards and new-rollout count of the update just taken."""
         last = self.trainer.steps[-1]
-        return {**last.buffer,
-                "train_reward": float(np.mean([r.reward for r in last.new])) if last.new
-                else None,
+        return {**last.buffer, "train_reward": self.books.train_reward(),
                 "batch_reward": float(np.mean([r.reward for r in last.batch])),
-                "new_rollouts": len(last.new)}
+                "new_rollouts": len(self.books.made_rewards)}
 
     def histograms(self) -> dict | None:
         """The buffer's staleness / use histograms."""
@@ -151,8 +149,7 @@ class PlainAccounting:
         from transformers import TrainerCallback
         self.trainer = trainer
         self.rollouts_per_step = trainer.args.per_device_train_batch_size
-        self.clock = ComputeClock(param_count(trainer.model), self.rollouts_per_step)
-        self.consumed = 0
+        self.books = RunBooks(ComputeClock(param_count(trainer.model), self.rollouts_per_step))
         self._t0 = self._gen0 = 0.0
         generate = trainer._generate_and_score_completions
 
@@ -160,27 +157,32 @@ class PlainAccounting:
             t0 = time.perf_counter()
             out = generate(inputs)
             if trainer.model.training:
-                self.clock.gen_seconds += time.perf_counter() - t0
+                c = self.books.clock
+                c.gen_seconds += time.perf_counter() - t0
                 tokens = int(out["prompt_mask"].sum() + out["completion_mask"].sum())
-                self.clock.gen_tokens += tokens
-                self.clock.train_tokens += tokens  # each rollout is trained on once
-                self.clock.generated += out["completion_ids"].size(0)
+                c.gen_tokens += tokens
+                c.train_tokens += tokens  # each rollout is trained on once
+                c.generated += out["completion_ids"].size(0)
             return out
         trainer._generate_and_score_completions = timed
         acc = self
 
         class _Timer(TrainerCallback):
             def on_step_begin(self, args, state, control, **kwargs):
-                acc._t0, acc._gen0 = time.perf_counter(), acc.clock.gen_seconds
+                acc._t0, acc._gen0 = time.perf_counter(), acc.books.clock.gen_seconds
 
             def on_step_end(self, args, state, control, **kwargs):
-                c = acc.clock
+                c = acc.books.clock
                 wall = time.perf_counter() - acc._t0
                 c.train_seconds += max(wall - (c.gen_seconds - acc._gen0), 0.0)
                 c.steps += 1
-                acc.consumed += acc.rollouts_per_step
+                acc.books.consumed += acc.rollouts_per_step
 
         self.callback = _Timer()
+
+    def probe_seconds(self) -> float:
+        """No probes: 0."""
+        return 0.0
 
     def step_stats(self) -> dict:
         """Rewards (TRL's logged mean of the step's generation, which is also the batch) and
@@ -210,7 +212,9 @@ class HarnessLog:
                         for p in task.eval_problems]
         self.log = MetricsLog(os.path.join(out_dir, "metrics.jsonl"))
         self.pending: dict = {}
-        self.t_start = time.perf_counter()
+        mu = cfg.schedule.mu_accounting
+        accounting.books.mu_fixed = mu if mu > 0 else None
+        accounting.books.start_session()
 
     def evaluate(self, step: int) -> dict:
         """Held-out accuracy (and pass@k) at the trainer's current weights."""
@@ -219,16 +223,9 @@ class HarnessLog:
                         seed=derived_seed(self.cfg.run.seed, step, EVAL_STREAM))
 
     def counters(self) -> dict:
-        """Cumulative counts, compute units (one update = 1) and mu, as the harness's."""
-        clock, consumed = self.acc.clock, self.acc.consumed
-        gen, mu = clock.generated, clock.mu_time()
-        mu_acc = self.cfg.schedule.mu_accounting if self.cfg.schedule.mu_accounting > 0 else mu
-        return {"samples_generated": gen, "samples_consumed": consumed,
-                "compute_units": clock.compute_units(mu_acc),
-                "wall_time": time.perf_counter() - self.t_start,
-                "replay_ratio_mean": consumed / gen if gen else None, "mu_measured": mu,
-                "mu_flops": clock.mu_flops(), "mu_accounting": mu_acc,
-                "gen_seconds": clock.gen_seconds, "train_seconds": clock.train_seconds}
+        """Cumulative counts, compute units (one update = 1) and mu: the harness's
+        ``RunBooks.counters``."""
+        return self.acc.books.counters(self.acc.probe_seconds())
 
     def step_record(self, step: int) -> dict:
         """The record of update ``step`` (just taken)."""
@@ -255,15 +252,12 @@ class HarnessLog:
         self.log.write(final)
         self.log.close()
         records = read_jsonl(os.path.join(out_dir, "metrics.jsonl"))
-        c = self.acc.clock
-        extra = {k: final[k] for k in ("mu_measured", "mu_flops", "mu_accounting",
-                                       "compute_units", "wall_time")}
-        extra.update({"histograms": self.acc.histograms(), "steps": c.steps,
-                      "parameters": c.n_params,
-                      "gen_seconds_per_step": c.gen_seconds / max(c.steps, 1),
-                      "train_seconds_per_step": c.train_seconds / max(c.steps, 1),
-                      "rollouts_per_step": self.acc.rollouts_per_step,
-                      "trainer": self.acc.name, "trl_version": _trl_version()})
+        extra = self.acc.books.summary(
+            self.counters(), histograms=self.acc.histograms(),
+            rollouts_per_step=self.acc.rollouts_per_step,
+            schedule={"mode": self.cfg.schedule.mode, "engine": "trl", "latency": 0,
+                      "refresh_every": 1},
+            fields={"trainer": self.acc.name, "trl_version": _trl_version()})
         summary = summarize(records, extra)
         write_json(os.path.join(out_dir, "summary.json"), summary)
         return summary
