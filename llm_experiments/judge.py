@@ -53,7 +53,6 @@ from dataclasses import MISSING, dataclass, field, fields
 
 import numpy as np
 
-from replaytheory import calibrate
 from replaytheory import horizon as hz
 from replaytheory.analysis import (best_option, compute_to_target as curve_to_target,
                                    mean_over_budget, split_half_spearman)
@@ -70,7 +69,7 @@ from .best_region import best_horizon, compute_to_target, default_targets, withi
 from .cells import kind, xy
 from .results import Run, by_cell, load_runs, same_warm_start
 from .seconds import cell_costs, seconds_at_evals, seconds_budget
-from .validation import HORIZON_VARIANTS, VARIANTS, load_probes, predict, smoothness
+from .validation import HORIZON_VARIANTS, VARIANTS, ProbeFit, predict
 
 # what ``Registration.load`` reads, for its error messages
 REGISTRATION = "a registration (predict's prediction.json or a preregistration.json)"
@@ -362,17 +361,14 @@ def probe_paths(folder: str, loss: str) -> list[str]:
 def objectives(reg: Registration, grid: SweepGrid, calibration_dir: str, mus: dict) -> dict:
     """variant -> mu key -> (cells,) the variant's predicted objective J at each cell (the
     prediction's calibration, theory.md section 5); on-policy is the cell (1, 1)."""
-    probes = load_probes(probe_paths(calibration_dir, reg.loss))
-    cal = calibrate(probes, probes.counts)
-    big_l, f0 = smoothness(probes)
+    fit = ProbeFit.of(probe_paths(calibration_dir, reg.loss))
     x, y = grid.points()
     out = {}
     for variant in reg.predictions:
         out[variant] = {}
         for key, mu in mus.items():
-            pred = predict(cal, variant, mu, batch_size=grid.batch_size,
-                           budget=reg.steps * (1 + mu), big_l=big_l, f0=f0,
-                           extrapolate=reg.extrapolate)
+            pred = predict(fit, variant, mu, batch_size=grid.batch_size,
+                           budget=reg.steps * (1 + mu), extrapolate=reg.extrapolate)
             out[variant][key] = np.array([float(pred.objective(a, b)) for a, b in zip(x, y)])
     return out
 
