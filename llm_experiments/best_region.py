@@ -91,7 +91,7 @@ def default_targets(grid, cell: int, lr: float, warm_start: float) -> tuple:
     return tuple(round(warm_start + f * (peak - warm_start), 3) for f in TARGET_SHARES)
 
 
-def compute_to_target(grid, record: dict, tables: list, draws: int, seed: int,
+def compute_to_target(grid, record: dict, tables: list, *, draws: int, seed: int,
                       level: float) -> list[dict]:
     """Per target accuracy (``tables``: (target, (cells, lrs, seeds) compute to reach it, inf
     if never) pairs), in the same bootstrap draws as the verdict ``record``: the fastest cell (mode)

@@ -18,7 +18,7 @@ import numpy as np
 
 from replaytheory.analysis import best_option, median_iqr, split_half_spearman
 
-from .results import Run, by_cell, score_table
+from .results import Run, ScoreTable, by_cell
 
 # Fixed before the sweep ran: the warm start sits at 0.31 and 300 steps reach 0.6-0.7.
 TARGET = 0.55
@@ -76,19 +76,20 @@ class CellScore:
 
 def cell_scores(runs: list[Run], score, better: str) -> list[CellScore]:
     """Score every cell: best learning rate by median (``better``: "min" or "max")."""
-    cells, lrs, _, table = score_table(runs, score)
-    best, idx = best_option(table, better)
+    t = ScoreTable.of(runs, score)
+    best, idx = best_option(t.values, better)
     groups = by_cell(runs)
     out = []
-    for i, cell in enumerate(cells):
+    for i, cell in enumerate(t.cells):
         if idx[i] < 0:
             continue
-        vals = table[i, idx[i]]
+        vals = t.values[i, idx[i]]
         med, lo, hi = median_iqr(vals)
-        members = [r for r in groups[cell] if r.lr == lrs[idx[i]]]
+        members = [r for r in groups[cell] if r.lr == t.lrs[idx[i]]]
         x, y = xy(members[0])
-        out.append(CellScore(cell, members, kind(members[0]), x, y, lrs[idx[i]], float(med),
-                             float(lo), float(hi), vals))
+        out.append(CellScore(cell=cell, runs=members, kind=kind(members[0]), horizon=x,
+                             replay_ratio=y, lr=t.lrs[idx[i]], median=float(med),
+                             q25=float(lo), q75=float(hi), values=vals))
     return out
 
 
@@ -103,10 +104,10 @@ def tail_score(run: Run) -> float:
 
 def gate(runs: list[Run], score, better: str) -> float:
     """Split-half Spearman of the cells' scores, learning rate chosen within each half."""
-    _, _, seeds, table = score_table(runs, score)
-    if len(seeds) < 2:
+    t = ScoreTable.of(runs, score)
+    if len(t.seeds) < 2:
         return math.nan
-    return split_half_spearman(table, better)
+    return split_half_spearman(t.values, better)
 
 
 def best_cell(scores: list[CellScore], better: str, kinds=("grid",)) -> CellScore:

@@ -125,9 +125,11 @@ def sweep(runs: list[Run], *, target: float = TARGET, loss: str = "grpo") -> Swe
     mu_m = measured_mu(mine)
     comp = cell_scores(mine, compute_score(PAPER_MU, target), "min")
     comp_m = cell_scores(mine, compute_score(mu_m, target), "min")
-    return Sweep(mine, [r for r in runs if r.get("trainer.loss") != loss], loss, target, mu_m,
-                 comp, comp_m, cell_scores(mine, tail_score, "max"), _on_policy(comp),
-                 _on_policy(comp_m), best_cell(comp, "min"), best_cell(comp_m, "min"))
+    return Sweep(runs=mine, other_runs=[r for r in runs if r.get("trainer.loss") != loss],
+                 loss=loss, target=target, mu_measured=mu_m, compute=comp,
+                 compute_measured=comp_m, tail=cell_scores(mine, tail_score, "max"),
+                 on_policy=_on_policy(comp), on_policy_measured=_on_policy(comp_m),
+                 buffer=best_cell(comp, "min"), buffer_measured=best_cell(comp_m, "min"))
 
 
 # Claim 1: the best buffer saves compute at mu = PAPER_MU, and its Pareto frontier over
@@ -165,18 +167,20 @@ def compute_saving(s: Sweep) -> Verdict:
     saving_m = 1 - s.buffer_measured.median / s.on_policy_measured.median
     share = frontier_share(s.runs, PAPER_MU)
     return Verdict(
-        "1. a well-chosen buffer reaches the same accuracy with less compute; its Pareto "
+        claim="1. a well-chosen buffer reaches the same accuracy with less compute; its Pareto "
         "frontier over learning rates beats on-policy's",
-        "up to ~40% less compute (Qwen2.5-7B); buffer frontier above on-policy at every budget",
-        f"compute to {s.target:g}: best buffer ({buf.label}) {_fmt(buf.median)} vs on-policy "
+        paper="up to ~40% less compute (Qwen2.5-7B); buffer frontier above on-policy at every "
+        "budget",
+        ours=f"compute to {s.target:g}: best buffer ({buf.label}) {_fmt(buf.median)} vs on-policy "
         f"{_fmt(onp.median)} updates at mu={PAPER_MU:g}: {100 * saving:.0f}% saved; at "
         f"measured mu={s.mu_measured:.2f}: {100 * saving_m:.0f}% ({s.buffer_measured.label});"
         f" buffer frontier >= on-policy at {100 * share:.0f}% of budgets",
-        bool(saving > SAVING_MIN and share >= FRONTIER_SHARE_MIN),
-        {"compute_buffer": buf.median, "compute_on_policy": onp.median, "saving": saving,
+        holds=bool(saving > SAVING_MIN and share >= FRONTIER_SHARE_MIN),
+        evidence={"compute_buffer": buf.median, "compute_on_policy": onp.median, "saving": saving,
          "mu_measured": s.mu_measured, "saving_at_measured_mu": saving_m,
          "frontier_share": share},
-        f"saving > {SAVING_MIN:g} at mu={PAPER_MU:g} and buffer frontier >= on-policy at >= "
+        threshold=f"saving > {SAVING_MIN:g} at mu={PAPER_MU:g} and buffer frontier >= on-policy "
+        f"at >= "
         f"{FRONTIER_SHARE_MIN:g} of {FRONTIER_BUDGETS} budgets")
 
 
@@ -191,13 +195,14 @@ def worse_per_step(s: Sweep) -> Verdict:
     step_ratio = _steps(buf, s.target) / _steps(onp, s.target)
     compute_ratio = buf.median / onp.median
     return Verdict(
-        "2. per gradient step replay can be slightly worse; per unit of compute it is better",
-        "qualitative (accuracy vs steps and vs compute)",
-        f"{buf.label} vs on-policy: steps to {s.target:g} x{_fmt(step_ratio)}, compute "
+        claim="2. per gradient step replay can be slightly worse; per unit of compute it is "
+        "better",
+        paper="qualitative (accuracy vs steps and vs compute)",
+        ours=f"{buf.label} vs on-policy: steps to {s.target:g} x{_fmt(step_ratio)}, compute "
         f"x{_fmt(compute_ratio)} (mu={PAPER_MU:g})",
-        bool(step_ratio >= STEP_RATIO_MIN and compute_ratio < COMPUTE_RATIO_MAX),
-        {"step_ratio": step_ratio, "compute_ratio": compute_ratio},
-        f"steps ratio >= {STEP_RATIO_MIN:g} and compute ratio < {COMPUTE_RATIO_MAX:g}")
+        holds=bool(step_ratio >= STEP_RATIO_MIN and compute_ratio < COMPUTE_RATIO_MAX),
+        evidence={"step_ratio": step_ratio, "compute_ratio": compute_ratio},
+        threshold=f"steps ratio >= {STEP_RATIO_MIN:g} and compute ratio < {COMPUTE_RATIO_MAX:g}")
 
 
 # Claim 3: at replay ratio STABILITY_Y the largest horizon needs at least the steps of the
@@ -222,22 +227,23 @@ def slower_but_stabler(s: Sweep) -> Verdict:
                  f" x's; crash (drop > {CRASH:g}) rate on-policy > buffer")
     if not (small and large) or small is large:  # one horizon cannot show a trend in x
         missing = f"cells at y={STABILITY_Y:g} for two horizons x missing"
-        return Verdict(claim, paper, missing, None, {"crash_rate_on_policy": crash_onp,
-                                                     "crash_rate_buffer": crash_buf}, threshold)
+        return Verdict(claim=claim, paper=paper, ours=missing, holds=None,
+                       evidence={"crash_rate_on_policy": crash_onp,
+                                 "crash_rate_buffer": crash_buf}, threshold=threshold)
     s_small, s_large = _steps(small, s.target), _steps(large, s.target)
     d_small = _med([_drop(r) for r in small.runs])
     d_large = _med([_drop(r) for r in large.runs])
     return Verdict(
-        claim, paper,
-        f"y={STABILITY_Y:g}: steps to {s.target:g} x={xs[0]:g}: {_fmt(s_small)}, "
+        claim=claim, paper=paper,
+        ours=f"y={STABILITY_Y:g}: steps to {s.target:g} x={xs[0]:g}: {_fmt(s_small)}, "
         f"x={xs[-1]:g}: {_fmt(s_large)}; median drop from peak {_fmt(d_small)} vs "
         f"{_fmt(d_large)}; crash (drop > {CRASH:g}) rate on-policy {100 * crash_onp:.0f}% vs "
         f"buffer {100 * crash_buf:.0f}%",
-        bool(s_large >= s_small and d_large <= d_small and crash_onp > crash_buf),
-        {"steps_smallest_x": s_small, "steps_largest_x": s_large, "drop_smallest_x": d_small,
-         "drop_largest_x": d_large, "crash_rate_on_policy": crash_onp,
-         "crash_rate_buffer": crash_buf},
-        threshold)
+        holds=bool(s_large >= s_small and d_large <= d_small and crash_onp > crash_buf),
+        evidence={"steps_smallest_x": s_small, "steps_largest_x": s_large,
+                  "drop_smallest_x": d_small, "drop_largest_x": d_large,
+                  "crash_rate_on_policy": crash_onp, "crash_rate_buffer": crash_buf},
+        threshold=threshold)
 
 
 # Claim 4: for most horizons x the highest replay ratio has a lower tail accuracy than the
@@ -257,16 +263,17 @@ def reuse_hurts(s: Sweep) -> Verdict:
                          row[-1].replay_ratio))
     worse = sum(hi < lo for _, lo, hi, _, _ in rows)
     return Verdict(
-        "4. heavy reuse (high replay ratio) eventually hurts the best accuracy (loss of local "
+        claim="4. heavy reuse (high replay ratio) eventually hurts the best accuracy (loss of "
+        "local "
         "diversity)",
-        "avg replay ratios 2.2 / 5.6 / 17.6 at (W,T) = (6,2) / (5,3) / (4,4); best accuracy "
+        paper="avg replay ratios 2.2 / 5.6 / 17.6 at (W,T) = (6,2) / (5,3) / (4,4); best accuracy "
         "falls with reuse",
-        "tail accuracy, lowest vs highest y per x: " + "; ".join(
+        ours="tail accuracy, lowest vs highest y per x: " + "; ".join(
             f"x={x:g}: {lo:.3f} (y={y0:g}) -> {hi:.3f} (y={y1:g})"
             for x, lo, hi, y0, y1 in rows) + f"; Spearman(y, accuracy) = {_fmt(rho_y, 2)}",
-        bool(rows) and worse > WORSE_SHARE_MIN * len(rows),
-        {"horizons": float(len(rows)), "horizons_worse": float(worse), "spearman": rho_y},
-        f"tail accuracy at the highest y below the lowest y's for more than "
+        holds=bool(rows) and worse > WORSE_SHARE_MIN * len(rows),
+        evidence={"horizons": float(len(rows)), "horizons_worse": float(worse), "spearman": rho_y},
+        threshold=f"tail accuracy at the highest y below the lowest y's for more than "
         f"{WORSE_SHARE_MIN:g} of the horizons")
 
 
@@ -292,15 +299,15 @@ def keeps_diversity(s: Sweep) -> Verdict:
     gains = {k: final(buf, f"pass@{k}") - final(onp, f"pass@{k}") for k in PASS_K}
     ent_buf, ent_onp = entropy(buf), entropy(onp)
     return Verdict(
-        "5. replay preserves output diversity: the pass@k gain over on-policy grows with k; "
+        claim="5. replay preserves output diversity: the pass@k gain over on-policy grows with k; "
         "training entropy stays higher",
-        "qualitative (Fig. 3 middle)",
-        f"{buf.label} - on-policy: pass@{lo} {gains[lo]:+.3f}, pass@{hi} {gains[hi]:+.3f}; "
+        paper="qualitative (Fig. 3 middle)",
+        ours=f"{buf.label} - on-policy: pass@{lo} {gains[lo]:+.3f}, pass@{hi} {gains[hi]:+.3f}; "
         f"entropy (last quarter) {ent_buf:.3f} vs {ent_onp:.3f}",
-        bool(gains[hi] > gains[lo] and ent_buf > ent_onp),
-        {f"pass@{lo}_gain": gains[lo], f"pass@{hi}_gain": gains[hi],
+        holds=bool(gains[hi] > gains[lo] and ent_buf > ent_onp),
+        evidence={f"pass@{lo}_gain": gains[lo], f"pass@{hi}_gain": gains[hi],
          "entropy_buffer": ent_buf, "entropy_on_policy": ent_onp},
-        f"pass@{hi} gain > pass@{lo} gain and entropy (last quarter) above on-policy's")
+        threshold=f"pass@{hi} gain > pass@{lo} gain and entropy (last quarter) above on-policy's")
 
 
 def stale_weights_stabilise(s: Sweep) -> Verdict | None:
@@ -318,11 +325,11 @@ def stale_weights_stabilise(s: Sweep) -> Verdict | None:
         evidence.update({f"tail_{c.label}": c.median, f"drop_{c.label}": d})
         ok.append(d <= d_onp and c.median >= onp.median)
     return Verdict(
-        "6. moderate off-policiness alone (stale weights, no replay) stabilises training",
-        "median staleness 3, 13, 28, 98 all stabilise",
-        "; ".join(parts) + f"; on-policy: tail {onp.median:.3f}, drop {d_onp:.3f}",
-        bool(all(ok)), evidence,
-        "every lag cell: median drop <= on-policy's and tail accuracy >= on-policy's")
+        claim="6. moderate off-policiness alone (stale weights, no replay) stabilises training",
+        paper="median staleness 3, 13, 28, 98 all stabilise",
+        ours="; ".join(parts) + f"; on-policy: tail {onp.median:.3f}, drop {d_onp:.3f}",
+        holds=bool(all(ok)), evidence=evidence,
+        threshold="every lag cell: median drop <= on-policy's and tail accuracy >= on-policy's")
 
 
 def positive_bias_helps(s: Sweep) -> Verdict | None:
@@ -336,13 +343,13 @@ def positive_bias_helps(s: Sweep) -> Verdict | None:
     if base is None:
         raise ValueError(f"claim 7a: no delta = 0 cell at {deltas[0].label} to compare with")
     return Verdict(
-        "7a. positive-bias sampling (delta in {0.2, 0.5}) improves further",
-        "improves (Fig. 6)",
-        "tail accuracy " + "; ".join(f"{c.label}: {c.median:.3f}" for c in deltas) +
+        claim="7a. positive-bias sampling (delta in {0.2, 0.5}) improves further",
+        paper="improves (Fig. 6)",
+        ours="tail accuracy " + "; ".join(f"{c.label}: {c.median:.3f}" for c in deltas) +
         f"; delta=0 at the same cell: {base.median:.3f}",
-        bool(all(c.median > base.median for c in deltas)),
-        {"tail_delta_0": base.median, **{f"tail_{c.label}": c.median for c in deltas}},
-        "every positive-bias cell's tail accuracy above the delta = 0 cell's")
+        holds=bool(all(c.median > base.median for c in deltas)),
+        evidence={"tail_delta_0": base.median, **{f"tail_{c.label}": c.median for c in deltas}},
+        threshold="every positive-bias cell's tail accuracy above the delta = 0 cell's")
 
 
 def other_loss_helps(s: Sweep) -> Verdict | None:
@@ -354,24 +361,24 @@ def other_loss_helps(s: Sweep) -> Verdict | None:
     mine = best_cell(s.tail, "max", kinds=("grid",))
     alt_loss = s.other_runs[0].get("trainer.loss")
     return Verdict(
-        f"7b. {alt_loss} instead of {s.loss} improves further",
-        "AsymRE better than GRPO with a buffer",
-        f"best tail accuracy {alt_loss} {alt.median:.3f} ({alt.label}, lr {alt.lr:g}) vs "
+        claim=f"7b. {alt_loss} instead of {s.loss} improves further",
+        paper="AsymRE better than GRPO with a buffer",
+        ours=f"best tail accuracy {alt_loss} {alt.median:.3f} ({alt.label}, lr {alt.lr:g}) vs "
         f"{s.loss} {mine.median:.3f} ({mine.label}, lr {mine.lr:g})",
-        bool(alt.median > mine.median),
-        {f"tail_{alt_loss}": alt.median, f"tail_{s.loss}": mine.median},
-        f"best grid tail accuracy of {alt_loss} above {s.loss}'s")
+        holds=bool(alt.median > mine.median),
+        evidence={f"tail_{alt_loss}": alt.median, f"tail_{s.loss}": mine.median},
+        threshold=f"best grid tail accuracy of {alt_loss} above {s.loss}'s")
 
 
 def wall_clock(s: Sweep) -> Verdict:
     """Claim 8: not judged from the sweep, whose emulated engine has no real concurrency; it
     is measured on the Ray engine by ``benchmarks/claim8_wallclock.py``."""
     return Verdict(
-        "8. wall-clock gains match or exceed the compute gains",
-        "yes (buffer smooths producer/consumer stalls)",
-        "not from this sweep (the emulated engine has no real concurrency, so no stalls); "
+        claim="8. wall-clock gains match or exceed the compute gains",
+        paper="yes (buffer smooths producer/consumer stalls)",
+        ours="not from this sweep (the emulated engine has no real concurrency, so no stalls); "
         "measured on the Ray engine with an injected sampler delay by "
-        "benchmarks/claim8_wallclock.py (docs/findings.md, theory.md section 8.5)", None)
+        "benchmarks/claim8_wallclock.py (docs/findings.md, theory.md section 8.5)", holds=None)
 
 
 CLAIMS = (compute_saving, worse_per_step, slower_but_stabler, reuse_hurts, keeps_diversity,

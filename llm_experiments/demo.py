@@ -271,18 +271,23 @@ def _summarise(runs, cal, design, mu, xy) -> DemoSummary:
     for r in runs:
         comp, acc = r.compute(mu), r.eval["eval_accuracy"]
         rows.append(DemoRun(
-            _label(r), r.run_id,
-            tuple(xy) == (r.get("buffer.horizon"), r.get("schedule.replay_ratio")),
-            float(acc[-1]), r.tail_accuracy(), float(comp[-1]),
-            compute_to_target(comp, acc, target, interpolate=True),
-            mean_over_budget(comp, acc, budget)))
+            config=_label(r), run_id=r.run_id,
+            predicted=tuple(xy) == (r.get("buffer.horizon"), r.get("schedule.replay_ratio")),
+            final_accuracy=float(acc[-1]), tail_accuracy=r.tail_accuracy(),
+            compute=float(comp[-1]),
+            compute_to_target=compute_to_target(comp, acc, target, interpolate=True),
+            mean_accuracy=mean_over_budget(comp, acc, budget)))
     n = cal.noise
-    fit = DemoFit(n.alpha, n.power_law_ok, cal.coupling.rho, cal.coupling.form,
-                  cal.bias.kappa if cal.bias else None, cal.reuse.c if cal.reuse else None,
-                  cal.variant_choice.variant if cal.variant_choice else "standard")
-    return DemoSummary(mu, cal.mu, target, warm, design.horizon, design.replay_ratio,
-                       design.regime, xy[0], xy[1], design.predicted_saving, fit,
-                       list(design.notes) + list(cal.notes), rows)
+    fit = DemoFit(alpha=n.alpha, power_law_ok=n.power_law_ok, rho=cal.coupling.rho,
+                  rho_form=cal.coupling.form, kappa=cal.bias.kappa if cal.bias else None,
+                  reuse_c=cal.reuse.c if cal.reuse else None,
+                  variant=cal.variant_choice.variant if cal.variant_choice else "standard")
+    return DemoSummary(mu=mu, mu_measured=cal.mu, target_accuracy=target,
+                       warm_start_accuracy=warm, predicted_horizon=design.horizon,
+                       predicted_replay_ratio=design.replay_ratio, regime=design.regime,
+                       run_horizon=xy[0], run_replay_ratio=xy[1],
+                       predicted_saving=design.predicted_saving, fit=fit,
+                       notes=list(design.notes) + list(cal.notes), runs=rows)
 
 
 def prediction_lines(s: DemoSummary) -> list[str]:

@@ -49,14 +49,14 @@ import glob
 import hashlib
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, field, fields
 
 import numpy as np
 
-from replaytheory import calibrate
 from replaytheory import horizon as hz
 from replaytheory.analysis import (best_option, compute_to_target as curve_to_target,
                                    mean_over_budget, split_half_spearman)
+from replaytheory import checks
 from replaytheory.checks import choice
 from replaytheory.cli_input import (BadInput, Parser, existing_file, file_label, missing_field,
                                     one_line, output_file, read_json)
@@ -69,91 +69,179 @@ from .best_region import best_horizon, compute_to_target, default_targets, withi
 from .cells import kind, xy
 from .results import Run, by_cell, load_runs, same_warm_start
 from .seconds import cell_costs, seconds_at_evals, seconds_budget
-from .validation import HORIZON_VARIANTS, VARIANTS, load_probes, predict, smoothness
+from .validation import HORIZON_VARIANTS, VARIANTS, ProbeFit, predict
 
 # what ``Registration.load`` reads, for its error messages
 REGISTRATION = "a registration (predict's prediction.json or a preregistration.json)"
 MEASURED = "measured"
 CELL_MU = "cell"
 SECONDS = "seconds"  # the mu_source of the wall-clock record
+JUDGED_VARIANTS = (*VARIANTS, *HORIZON_VARIANTS)
+
+
+_REQUIRED = object()
+
+
+def _from(key: str, check, *args, default=_REQUIRED, **kwargs):
+    """A ``Registration`` field read from ``key`` of the file (dotted: a field of a block,
+    e.g. "bootstrap.draws") through ``check(key, value, *args, **kwargs)``, which returns the
+    value and raises ValueError naming ``key`` and its allowed range (``replaytheory.checks``);
+    a file without ``key`` gives ``default`` (none: the field is required)."""
+    meta = {"key": key, "check": lambda name, value: check(name, value, *args, **kwargs)}
+    return field(metadata=meta) if default is _REQUIRED else field(default=default,
+                                                                   metadata=meta)
+
+
+def _text(name: str, value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def _object_or_none(name: str, value) -> dict | None:
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"{name} must be an object or null, got {value!r}")
+    return value
+
+
+def _variant_or_none(name: str, value) -> str | None:
+    return None if value is None else choice(name, value, JUDGED_VARIANTS)
+
+
+def _each(check, *args, **kwargs):
+    """``check`` applied to every value of a list (named ``name[i]`` in its message)."""
+    def every(name: str, values) -> tuple:
+        if not isinstance(values, list):
+            raise ValueError(f"{name} must be a list, got {values!r}")
+        return tuple(check(f"{name}[{i}]", v, *args, **kwargs) for i, v in enumerate(values))
+    return every
+
+
+def _point(name: str, value) -> tuple:
+    """A prediction [x*, y*] as written: x* >= 0 (< 1 is on-policy), y* > 0, inf allowed
+    (``SweepGrid.equally_near``); the numbers are kept as the file has them (a verdict
+    record repeats x*)."""
+    if not (isinstance(value, list) and len(value) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+            and value[0] >= 0 and value[1] > 0):
+        raise ValueError(f"{name} must be [x*, y*] with x* >= 0 and y* > 0, got {value!r}")
+    return tuple(value)
+
+
+def _judged(name: str, by_variant) -> dict:
+    """variant -> {mu (a float): (x*, y*)} of the variants the judge scores; a variant without
+    an optimum at some mu carries the reason there (a string), which is left out."""
+    if not isinstance(by_variant, dict):
+        raise ValueError(f"{name} must be an object (variant -> mu -> [x*, y*]), got "
+                         f"{by_variant!r}")
+    out = {}
+    for variant, by_mu in by_variant.items():
+        if isinstance(by_mu, dict) and variant in JUDGED_VARIANTS:
+            out[variant] = {_mu(f"{name}.{variant}", key): _point(f"{name}.{variant}.{key}", xy_)
+                            for key, xy_ in by_mu.items() if isinstance(xy_, list)}
+    return out
+
+
+def _mu(name: str, key: str) -> float:
+    try:
+        return float(key)
+    except ValueError:
+        raise ValueError(f"{name}: the key {key!r} must be a mu (a number)") from None
 
 
 @dataclass(frozen=True)
 class Registration:
-    """What a pre-registration fixes (fields of ``preregistration.json``)."""
+    """What a pre-registration fixes (fields of ``preregistration.json``): each field below
+    names the file's field it is read from and its allowed range (``load``)."""
 
-    name: str
-    loss: str
-    steps: int
-    horizons: tuple
-    replay_ratios: tuple
-    accounting_mus: tuple
-    budget_replay_ratio: float
-    targets: tuple
-    draws: int
-    level: float
-    rng_seed: int
-    threshold: float
-    predictions: dict  # variant -> {mu key: (x*, y*)}; the non-accounting key is "measured"
-    extrapolate: str = "none"  # how the predictions' noise table reached past its range
+    name: str = _from("name", _text)
+    loss: str = _from("loss", _text)
+    steps: int = _from("steps", checks.integer, 1)
+    horizons: tuple = _from("horizons", _each(checks.positive))
+    replay_ratios: tuple = _from("replay_ratios", _each(checks.positive))
+    accounting_mus: tuple = _from("accounting_mus", _each(checks.positive))
+    budget_replay_ratio: float = _from("primary_measure.budget_replay_ratio", checks.positive)
+    draws: int = _from("bootstrap.draws", checks.integer, 1)
+    level: float = _from("bootstrap.interval", checks.real, 0.0, 1.0, lo_open=True,
+                         hi_open=True)
+    rng_seed: int = _from("bootstrap.rng_seed", checks.integer, 0)
+    threshold: float = _from("gate.threshold", checks.real, -1.0, 1.0)
+    # variant -> {mu key: (x*, y*)}; the key of an accounting mu is f"{mu:g}", any other mu's
+    # is "measured" (``load``)
+    predictions: dict = _from("predictions_judged", _judged)
+    # the secondary measures' accuracies (compute to first reach each)
+    targets: tuple = _from("secondary_targets", _each(checks.unit_interval), default=())
+    # how the predictions' noise table reached past its range
+    extrapolate: str = _from("extrapolate", choice, EXTRAPOLATIONS, default="none")
     # Which file, byte for byte, the verdicts judge: git history can then show that this
     # exact registration was committed before the runs.
     path: str = ""
     sha256: str = ""
     # The calibration's initial policy ({"warm_start_sha256", "warm_start_accuracy"}; None in
     # registrations from before predict recorded it): the grid's runs must share it.
-    warm_start: dict | None = None
+    warm_start: dict | None = _from("warm_start", _object_or_none, default=None)
     # The registered primary variant (None in registrations without one) and the accuracies
     # of the compute-to-target comparison beside AUC (empty: ``best_region.default_targets``)
-    primary_variant: str | None = None
-    compute_targets: tuple = ()
+    primary_variant: str | None = _from("primary_variant", _variant_or_none, default=None)
+    compute_targets: tuple = _from("compute_targets", _each(checks.unit_interval), default=())
     # Also judge in measured seconds (the "auc_seconds" record; ``--seconds`` sets it too)
-    wall_clock: bool = False
+    wall_clock: bool = _from("wall_clock", _flag, default=False)
     # A horizon-model registration's record (``horizon_predict``): its J per cell comes from
     # the panel fit it holds, not from a calibration folder
-    horizon_model: dict | None = None
-
-    def __post_init__(self):
-        choice("extrapolate", self.extrapolate, EXTRAPOLATIONS)
+    horizon_model: dict | None = _from("horizon_model", _object_or_none, default=None)
 
     @classmethod
     def load(cls, path: str, flag: str = "--registration") -> Registration:
-        """Read a registration file; ``BadInput`` names ``flag``, the file and what is wrong
-        (unreadable, not JSON, a field missing or of the wrong type)."""
-        d = read_json(path, flag)
-        try:
-            acc = tuple(float(m) for m in d["accounting_mus"])
-            preds = {}  # a variant without an optimum at some mu carries the reason, not (x, y)
-            for variant, by_mu in d["predictions_judged"].items():
-                if isinstance(by_mu, dict) and variant in (*VARIANTS, *HORIZON_VARIANTS):
-                    preds[variant] = {_mu_key(k, acc): tuple(xy_) for k, xy_ in by_mu.items()
-                                      if isinstance(xy_, list)}
-            return cls(d["name"], d["loss"], int(d["steps"]), tuple(d["horizons"]),
-                       tuple(d["replay_ratios"]), acc,
-                       float(d["primary_measure"]["budget_replay_ratio"]),
-                       tuple(d.get("secondary_targets", ())), int(d["bootstrap"]["draws"]),
-                       float(d["bootstrap"]["interval"]), int(d["bootstrap"]["rng_seed"]),
-                       float(d["gate"]["threshold"]), preds, d.get("extrapolate", "none"),
-                       path, file_sha256(path), d.get("warm_start"),
-                       primary_variant=d.get("primary_variant"),
-                       compute_targets=tuple(float(a) for a in d.get("compute_targets", ())),
-                       wall_clock=bool(d.get("wall_clock", False)),
-                       horizon_model=d.get("horizon_model"))
-        except KeyError as exc:
-            raise missing_field(exc, path, flag, REGISTRATION) from None
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise BadInput(f"{file_label(path, flag)}: {one_line(exc)}; expected "
-                           f"{REGISTRATION}") from None
+        """Read a registration file; ``BadInput`` names ``flag``, the file and the field that
+        is missing or wrong (unreadable, not JSON, a field missing, of the wrong type or out
+        of its range)."""
+        doc = read_json(path, flag)
+        values = {}
+        for f in fields(cls):
+            if "key" not in f.metadata:
+                continue
+            try:
+                values[f.name] = f.metadata["check"](f.metadata["key"],
+                                                     _field_of(doc, f.metadata["key"]))
+            except KeyError as exc:
+                if f.default is MISSING:
+                    raise missing_field(exc, path, flag, REGISTRATION) from None
+            except ValueError as exc:
+                raise BadInput(f"{file_label(path, flag)}: {one_line(exc)}; expected "
+                               f"{REGISTRATION}") from None
+        values["predictions"] = {
+            variant: {f"{mu:g}" if mu in values["accounting_mus"] else MEASURED: xy_
+                      for mu, xy_ in by_mu.items()}
+            for variant, by_mu in values["predictions"].items()}
+        return cls(**values, path=path, sha256=file_sha256(path))
+
+    def compute_budget(self, mu: float) -> float:
+        """The AUC's budget C(mu) = steps (1 + mu / y_max) in trainer updates: the compute the
+        cheapest cell (the largest replay ratio y_max = ``budget_replay_ratio``) spends."""
+        return self.steps * (1 + mu / self.budget_replay_ratio)
+
+
+def _field_of(doc: dict, key: str):
+    """The value at the dotted ``key`` of a registration; KeyError names the missing part,
+    ValueError a block that is not an object."""
+    value, parts = doc, key.split(".")
+    for depth, part in enumerate(parts):
+        if depth and not isinstance(value, dict):
+            raise ValueError(f"{'.'.join(parts[:depth])} must be an object, got {value!r}")
+        value = value[part]
+    return value
 
 
 def file_sha256(path: str) -> str:
     """The sha256 (hex) of a file's bytes: what a verdict record names it by."""
     with open(path, "rb") as fh:
         return hashlib.sha256(fh.read()).hexdigest()
-
-
-def _mu_key(key: str, accounting: tuple) -> str:
-    return f"{float(key):g}" if float(key) in accounting else MEASURED
 
 
 @dataclass(frozen=True)
@@ -165,10 +253,10 @@ class Measure:
     score: object  # (run, mu) -> float
 
 
-def measures(reg: Registration, budget_of) -> list[Measure]:
-    """The primary measure (AUC over the budget ``budget_of(mu)``) and the targets."""
+def measures(reg: Registration) -> list[Measure]:
+    """The primary measure (AUC over the budget ``reg.compute_budget(mu)``) and the targets."""
     out = [Measure("auc", "max", lambda r, mu: mean_over_budget(
-        r.compute(mu), r.eval["eval_accuracy"], budget_of(mu)))]
+        r.compute(mu), r.eval["eval_accuracy"], reg.compute_budget(mu)))]
     for a in reg.targets:
         out.append(Measure(f"target={a:g}", "min",
                            lambda r, mu, a=a: r.compute_to_target(mu, a)))
@@ -200,9 +288,10 @@ class SweepGrid:
                   for c, (x, y) in zip(cells, pts)]
         onp = labels.index("on-policy") if "on-policy" in labels else -1
         members = [r for c in cells for r in groups[c]]
-        return cls(cells, groups, labels, np.array([p[0] for p in pts]),
-                   np.array([p[1] for p in pts]), onp, sorted({r.lr for r in members}),
-                   sorted({r.seed for r in members}), members[0].batch_size)
+        return cls(cells=cells, runs=groups, labels=labels,
+                   horizons=np.array([p[0] for p in pts]), ratios=np.array([p[1] for p in pts]),
+                   on_policy=onp, lrs=sorted({r.lr for r in members}),
+                   seeds=sorted({r.seed for r in members}), batch_size=members[0].batch_size)
 
     def table(self, score) -> np.ndarray:
         """(cells, lrs, seeds) of ``score(run)``, NaN for missing runs."""
@@ -272,17 +361,14 @@ def probe_paths(folder: str, loss: str) -> list[str]:
 def objectives(reg: Registration, grid: SweepGrid, calibration_dir: str, mus: dict) -> dict:
     """variant -> mu key -> (cells,) the variant's predicted objective J at each cell (the
     prediction's calibration, theory.md section 5); on-policy is the cell (1, 1)."""
-    probes = load_probes(probe_paths(calibration_dir, reg.loss))
-    cal = calibrate(probes, probes.counts)
-    big_l, f0 = smoothness(probes)
+    fit = ProbeFit.of(probe_paths(calibration_dir, reg.loss))
     x, y = grid.points()
     out = {}
     for variant in reg.predictions:
         out[variant] = {}
         for key, mu in mus.items():
-            pred = predict(cal, variant, mu, batch_size=grid.batch_size,
-                           budget=reg.steps * (1 + mu), big_l=big_l, f0=f0,
-                           extrapolate=reg.extrapolate)
+            pred = predict(fit, variant, mu, batch_size=grid.batch_size,
+                           budget=reg.steps * (1 + mu), extrapolate=reg.extrapolate)
             out[variant][key] = np.array([float(pred.objective(a, b)) for a, b in zip(x, y)])
     return out
 
@@ -344,48 +430,88 @@ def advice_record(grid: SweepGrid, cells: list, verdict, name: str) -> dict:
             "nearest_cell": grid.labels[cells[0]]}
 
 
-def judge_one(grid: SweepGrid, reg: Registration, measure: Measure, table: np.ndarray,
-              mu_key: str, objective: dict, baseline: float, mu: float) -> dict:
-    """The verdict of one (mu, measure) as a record (see the module docstring)."""
-    candidates = np.ones(len(grid.cells), bool)
+@dataclass(frozen=True)
+class JudgedSweep:
+    """What every verdict of one judged sweep shares: its grid, its registration, each judged
+    variant's objective J per cell (variant -> mu key -> (cells,); empty without the
+    prediction's calibration) and the warm start (median step-0 accuracy in [0, 1]: the zero
+    of the AUC's regret, ``regret_gain``)."""
+
+    grid: SweepGrid
+    reg: Registration
+    objectives: dict
+    warm_start: float
+
+
+def judge_one(s: JudgedSweep, measure: Measure, table: np.ndarray, *, mu_key: str,
+              mu: float) -> dict:
+    """The verdict of one (mu, measure) as a record (see the module docstring): ``table`` the
+    (cells, lrs, seeds) scores, ``mu_key`` the key of the judged predictions, ``mu`` the
+    rule's (y = sqrt(mu))."""
+    grid, reg = s.grid, s.reg
     advice = advice_cells(grid, reg, mu_key, mu)
-    named = {f"{name}|{k}": j for name, cells in advice.items() for k, j in enumerate(cells)}
-    # no buffer is the advice every prediction must beat, so its regret gets the same draws
-    baseline_cell = {NO_BUFFER: grid.on_policy} if grid.on_policy >= 0 else {}
-    regret = regret_gain(baseline) if measure.better == "max" else regret_ratio
-    verdict = bootstrap_verdict(table, measure.better, candidates, {**named, **baseline_cell},
-                                regret, objectives={v: objective[v][mu_key] for v in objective
-                                                    if mu_key in objective[v]},
-                                draws=reg.draws, seed=reg.rng_seed, level=reg.level)
+    verdict = bootstrap(s, measure, table, advice, mu_key)
     judged = {name: advice_record(grid, cells, verdict, name) for name, cells in advice.items()}
+    preds = {v: prediction_record(grid, reg.predictions[v][mu_key], judged[v],
+                                  verdict.spearman.get(v))
+             for v in advice if v != RULE}
     gate = split_half_spearman(table, measure.better)
     best = verdict.mode
-    cells = cell_records(grid, table, measure.better, verdict.p_best)
-    preds = {v: {"x_star": reg.predictions[v][mu_key][0], "y_star": reg.predictions[v][mu_key][1],
-                 **{k: judged[v][k] for k in ("cell", "regret")},
-                 "spearman": verdict.spearman[v].as_dict() if v in verdict.spearman else None,
-                 "tied": judged[v]["tied"], "nearest_cell": judged[v]["nearest_cell"],
-                 "x_beyond_grid": grid.beyond_grid(reg.predictions[v][mu_key][0])}
-             for v in advice if v != RULE}
+    has_on_policy = grid.on_policy >= 0
     return {
-        "measure": measure.name, "better": measure.better, "cells": cells,
+        "measure": measure.name, "better": measure.better,
+        "cells": cell_records(grid, table, measure.better, verdict.p_best),
         "best_cell": grid.labels[best], "best_probability": float(verdict.p_best[best]),
         "best_interior": interior(grid, best), "predictions": preds,
-        "on_policy_regret": verdict.regret[NO_BUFFER].as_dict() if baseline_cell else None,
+        "on_policy_regret": verdict.regret[NO_BUFFER].as_dict() if has_on_policy else None,
         "gate_spearman": gate, "gate_passed": bool(gate >= reg.threshold),
         "gate_halvings": gate_distribution(table, measure.better, seed=reg.rng_seed,
                                            level=reg.level).as_dict(),
         "seeds_per_cell": [int((~np.isnan(table[i])).any(axis=0).sum())
                            for i in range(len(grid.cells))],
         "primary_variant": reg.primary_variant,
-        "baselines": {"on-policy": {"cell": "on-policy", "regret": verdict.regret[NO_BUFFER]
-                                    .as_dict()} if baseline_cell else None,
-                      RULE: {"x": RULE_HORIZON, "y": math.sqrt(mu), **judged[RULE]},
-                      "section 5": {"variant": STANDARD, "cell": preds[STANDARD]["cell"],
-                                    "regret": preds[STANDARD]["regret"]}
-                      if STANDARD in preds else None},
+        "baselines": baseline_records(verdict, judged, preds, mu, has_on_policy),
         "best_horizon": best_horizon(grid, table, measure.better, verdict, reg.level),
         "within_noise": within_noise(grid, verdict)}
+
+
+def bootstrap(s: JudgedSweep, measure: Measure, table: np.ndarray, advice: dict,
+              mu_key: str):
+    """The seed-bootstrap verdict of ``table``: every piece of advice's equally near cells
+    (``advice_cells``, named ``name|k``) and on-policy's (``NO_BUFFER``) judged in the same
+    draws, and each variant's J at ``mu_key`` ranked against the scores (Spearman)."""
+    named = {f"{name}|{k}": j for name, cells in advice.items() for k, j in enumerate(cells)}
+    if s.grid.on_policy >= 0:  # no buffer is the advice every prediction must beat
+        named[NO_BUFFER] = s.grid.on_policy
+    regret = regret_gain(s.warm_start) if measure.better == "max" else regret_ratio
+    return bootstrap_verdict(table, measure.better, np.ones(len(s.grid.cells), bool), named,
+                             regret, objectives={v: by_mu[mu_key]
+                                                 for v, by_mu in s.objectives.items()
+                                                 if mu_key in by_mu},
+                             draws=s.reg.draws, seed=s.reg.rng_seed, level=s.reg.level)
+
+
+def prediction_record(grid: SweepGrid, point: tuple, judged: dict, spearman) -> dict:
+    """One registered prediction's verdict: (x*, y*) as registered (``point``), its judged
+    cell and regret with the equally near cells (``advice_record``), the Spearman of its J
+    with the measured scores (an interval; None without its J) and whether x* lies past the
+    grid's largest horizon."""
+    return {"x_star": point[0], "y_star": point[1], "cell": judged["cell"],
+            "regret": judged["regret"],
+            "spearman": spearman.as_dict() if spearman is not None else None,
+            "tied": judged["tied"], "nearest_cell": judged["nearest_cell"],
+            "x_beyond_grid": grid.beyond_grid(point[0])}
+
+
+def baseline_records(verdict, judged: dict, preds: dict, mu: float,
+                     has_on_policy: bool) -> dict:
+    """The three baselines in the verdict's draws: on-policy (None without its cell), the rule
+    x = 64, y = sqrt(mu) (``judged[RULE]``) and section 5's model (None unless registered)."""
+    return {"on-policy": {"cell": "on-policy", "regret": verdict.regret[NO_BUFFER].as_dict()}
+            if has_on_policy else None,
+            RULE: {"x": RULE_HORIZON, "y": math.sqrt(mu), **judged[RULE]},
+            "section 5": {"variant": STANDARD, "cell": preds[STANDARD]["cell"],
+                          "regret": preds[STANDARD]["regret"]} if STANDARD in preds else None}
 
 
 def cell_records(grid: SweepGrid, table: np.ndarray, better: str, p_best: np.ndarray) -> list:
@@ -464,9 +590,35 @@ def judge(curves, reg: Registration, calibration_dir: str | None,
     each prediction's objective; None = no Spearman). ``only_complete_seeds``: judge only the
     seeds that finished every run (``complete_seeds``), for an interim verdict.
     ``wall_clock``: add the measured-seconds record (as ``reg.wall_clock`` does)."""
+    runs = judged_runs(curves, reg, only_complete_seeds)
+    grid = SweepGrid.of(runs)
+    if len(grid.seeds) < 2:
+        raise ValueError(f"a verdict needs at least 2 seeds (the seed bootstrap and the "
+                         f"split-half gate resample them); {curves} has seeds {grid.seeds}"
+                         + (" complete" if only_complete_seeds else ""))
+    mus = sweep_mus(grid, runs, reg)
+    obj = objectives(reg, grid, calibration_dir, mus) if calibration_dir else {}
+    if reg.horizon_model is not None:
+        obj.update(horizon_objectives(reg, grid, mus))
+    s = JudgedSweep(grid=grid, reg=reg, objectives=obj,
+                    warm_start=float(np.median([r.eval["eval_accuracy"][0] for r in runs])))
+    # what provenance.py orders against each other in git history
+    read = {"registration": {"path": reg.path, "sha256": reg.sha256},
+            "curves": [{"path": path, "sha256": file_sha256(path)}
+                       for path in ([curves] if isinstance(curves, str) else curves)]}
+    records = [{**r, "seeds": grid.seeds, **read, **rec}
+               for r, rec in compute_verdicts(s, mus)]
+    if wall_clock or reg.wall_clock:
+        records.append({"mu": mus[MEASURED], "mu_source": SECONDS, "seeds": grid.seeds, **read,
+                        **seconds_record(s, mus[MEASURED])})
+    return records
+
+
+def judged_runs(curves, reg: Registration, only_complete_seeds: bool) -> list[Run]:
+    """The runs ``judge`` scores (``load_grid_runs``, with ``only_complete_seeds`` those of
+    ``complete_seeds``); ValueError if there are none or they started from another policy
+    than the registration's calibration."""
     runs = load_grid_runs(curves, reg.loss)
-    read = [{"path": path, "sha256": file_sha256(path)}  # what provenance.py orders against
-            for path in ([curves] if isinstance(curves, str) else curves)]
     if only_complete_seeds:
         runs = complete_seeds(runs)
     if not runs:
@@ -478,73 +630,66 @@ def judge(curves, reg: Registration, calibration_dir: str | None,
                          f"{runs[0].summary.get('warm_start_accuracy')}, registration "
                          f"{reg.warm_start.get('warm_start_accuracy')}): the prediction is not "
                          "about these runs; pin the policy (model.warm_start_path)")
-    grid = SweepGrid.of(runs)
-    if len(grid.seeds) < 2:
-        raise ValueError(f"a verdict needs at least 2 seeds (the seed bootstrap and the "
-                         f"split-half gate resample them); {curves} has seeds {grid.seeds}"
-                         + (" complete" if only_complete_seeds else ""))
+    return runs
+
+
+def sweep_mus(grid: SweepGrid, runs: list[Run], reg: Registration) -> dict:
+    """mu key -> mu: ``MEASURED`` the median ``mu_measured`` of the on-policy runs (of every
+    run in a grid without on-policy), and each accounting mu under f"{mu:g}"."""
     onp = grid.runs[grid.cells[grid.on_policy]] if grid.on_policy >= 0 else runs
-    mus = {MEASURED: float(np.median([r.summary["mu_measured"] for r in onp])),
-           **{f"{m:g}": m for m in reg.accounting_mus}}
-    obj = objectives(reg, grid, calibration_dir, mus) if calibration_dir else {}
-    if reg.horizon_model is not None:
-        obj.update(horizon_objectives(reg, grid, mus))
-    baseline = float(np.median([r.eval["eval_accuracy"][0] for r in runs]))
-    cell_mu = grid.mu_of_cell()
+    return {MEASURED: float(np.median([r.summary["mu_measured"] for r in onp])),
+            **{f"{m:g}": m for m in reg.accounting_mus}}
 
-    def budget(mu):
-        return reg.steps * (1 + mu / reg.budget_replay_ratio)
 
-    records = []
+def compute_verdicts(s: JudgedSweep, mus: dict) -> list[tuple[dict, dict]]:
+    """The verdicts in compute units, one per (mu, measure): each mu of ``mus`` for every
+    run, then each cell's own measured mu (``CELL_MU``) judging the measured mu's
+    predictions; as (the record's mu fields: mu, mu_source, budget; ``judge_one``'s record)
+    pairs, the AUC records with their compute to target."""
+    cell_mu = s.grid.mu_of_cell()
+    out = []
     for key, mu in [*mus.items(), (CELL_MU, mus[MEASURED])]:
-        pred_key = MEASURED if key == CELL_MU else key
-        mu_run = (lambda r: cell_mu[r.cell]) if key == CELL_MU else (lambda r, mu=mu: mu)
-        for m in measures(reg, budget):
-            table = grid.table(lambda r: m.score(r, mu_run(r)))
-            rec = judge_one(grid, reg, m, table, pred_key, obj, baseline, mu)
+        mu_of = (lambda r: cell_mu[r.cell]) if key == CELL_MU else (lambda r, mu=mu: mu)
+        for m in measures(s.reg):
+            table = s.grid.table(lambda r, m=m, mu_of=mu_of: m.score(r, mu_of(r)))
+            rec = judge_one(s, m, table, mu_key=MEASURED if key == CELL_MU else key, mu=mu)
             if m.name == "auc":
-                def to_target(r, a, f=mu_run):
-                    return r.compute_to_target(f(r), a)
-                rec["compute_to_target"] = compute_to_target(
-                    grid, rec, target_tables(grid, reg, rec, to_target, baseline),
-                    reg.draws, reg.rng_seed, reg.level)
-            records.append({"mu": mu, "mu_source": key, "budget": budget(mu)
-                            if m.name == "auc" else None, "seeds": grid.seeds,
-                            "registration": {"path": reg.path, "sha256": reg.sha256},
-                            "curves": read, **rec})
-    if wall_clock or reg.wall_clock:
-        records.append({"mu": mus[MEASURED], "mu_source": SECONDS, "seeds": grid.seeds,
-                        "registration": {"path": reg.path, "sha256": reg.sha256},
-                        "curves": read, **seconds_record(grid, reg, obj, baseline,
-                                                         mus[MEASURED])})
-    return records
+                rec["compute_to_target"] = to_target_record(
+                    s, rec, lambda r, a, mu_of=mu_of: r.compute_to_target(mu_of(r), a))
+            out.append(({"mu": mu, "mu_source": key,
+                         "budget": s.reg.compute_budget(mu) if m.name == "auc" else None}, rec))
+    return out
 
 
-def seconds_record(grid: SweepGrid, reg: Registration, objective: dict, baseline: float,
-                   mu: float) -> dict:
+def seconds_record(s: JudgedSweep, mu: float) -> dict:
     """The verdict in measured seconds (see the module docstring): AUC over seconds in
     [0, ``seconds.seconds_budget``], predictions and the rule at the measured ``mu``,
     seconds to target, and the cells' costs in the unit C (``costs``)."""
-    budget = seconds_budget(grid)
+    budget = seconds_budget(s.grid)
     m = Measure("auc_seconds", "max", lambda r, mu: mean_over_budget(
         seconds_at_evals(r), r.eval["eval_accuracy"], budget))
-    rec = judge_one(grid, reg, m, grid.table(lambda r: m.score(r, mu)), MEASURED, objective,
-                    baseline, mu)
-    rec["compute_to_target"] = compute_to_target(
-        grid, rec, target_tables(grid, reg, rec, lambda r, a: curve_to_target(
-            seconds_at_evals(r), r.eval["eval_accuracy"], a, interpolate=True), baseline),
-        reg.draws, reg.rng_seed, reg.level)
-    return {"budget": budget, "budget_unit": "seconds", **rec, "costs": cell_costs(grid)}
+    rec = judge_one(s, m, s.grid.table(lambda r: m.score(r, mu)), mu_key=MEASURED, mu=mu)
+    rec["compute_to_target"] = to_target_record(s, rec, lambda r, a: curve_to_target(
+        seconds_at_evals(r), r.eval["eval_accuracy"], a, interpolate=True))
+    return {"budget": budget, "budget_unit": "seconds", **rec, "costs": cell_costs(s.grid)}
 
 
-def target_tables(grid: SweepGrid, reg: Registration, record: dict, to_target,
-                  warm_start: float) -> list:
+def to_target_record(s: JudgedSweep, record: dict, to_target) -> list[dict]:
+    """``best_region.compute_to_target`` of the AUC verdict ``record``, with
+    ``to_target(run, accuracy)`` the compute or seconds a run takes to first reach an
+    accuracy, at the registration's targets (``target_tables``)."""
+    return compute_to_target(s.grid, record, target_tables(s, record, to_target),
+                             draws=s.reg.draws, seed=s.reg.rng_seed, level=s.reg.level)
+
+
+def target_tables(s: JudgedSweep, record: dict, to_target) -> list:
     """(target accuracy, (cells, lrs, seeds) ``to_target(run, accuracy)``: compute or seconds
     to first reach it) pairs: the registration's ``compute_targets``, else
     ``best_region.default_targets`` from the AUC verdict ``record``'s best cell."""
+    grid = s.grid
     best = grid.labels.index(record["best_cell"])
     lr = next(c["lr"] for c in record["cells"] if c["label"] == record["best_cell"])
-    targets = reg.compute_targets or default_targets(grid, best, lr, warm_start)
+    targets = s.reg.compute_targets or default_targets(grid, best, lr, s.warm_start)
     return [(a, grid.table(lambda r, a=a: to_target(r, a))) for a in targets]
 
 

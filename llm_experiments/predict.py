@@ -26,7 +26,6 @@ import json
 import math
 import os
 
-from replaytheory import calibrate
 from replaytheory.checks import choice
 from replaytheory.cli_input import (Parser, existing_file, integer, missing_field, output_dir,
                                     read_json, real)
@@ -38,7 +37,7 @@ from .judge import probe_paths
 from .losses import RATIO_LOSSES
 from .results import warm_start_of
 from .sweep import run_sweep
-from .validation import ACCOUNTING_MUS, VARIANTS, load_probes, predict, smoothness
+from .validation import ACCOUNTING_MUS, VARIANTS, ProbeFit, predict
 
 HORIZON_LADDER = (1, 4, 16, 64, 256)
 RATIO_LADDER = (1.0, 1.4, 2.0, 2.8, 4.0, 5.6, 8.0, 11.2, 16.0)
@@ -78,17 +77,18 @@ def bracket(values, ladder) -> list:
     return list(ladder[max(start, 0):min(stop, len(ladder) - 1) + 1])
 
 
-def variant_predictions(cal, mus: dict, batch: int, steps: int, big_l: float,
-                        f0: float, extrapolate: str = "none") -> dict:
-    """variant -> mu key -> [x*, y*] (or the error text when a variant has no optimum);
-    ``extrapolate`` as in ``validation.predict``."""
+def variant_predictions(fit: ProbeFit, mus: dict, *, batch_size: int, steps: int,
+                        extrapolate: str = "none") -> dict:
+    """variant -> mu key -> [x*, y*] (or the error text when a variant has no optimum) at
+    ``batch_size`` rollouts per update and ``steps`` updates of on-policy training (the
+    budget at mu: steps (1 + mu)); ``extrapolate`` as in ``validation.predict``."""
     out = {}
     for variant in VARIANTS:
         out[variant] = {}
         for key, mu in mus.items():
             try:
-                p = predict(cal, variant, mu, batch_size=batch, budget=steps * (1 + mu),
-                            big_l=big_l, f0=f0, extrapolate=extrapolate)
+                p = predict(fit, variant, mu, batch_size=batch_size,
+                            budget=steps * (1 + mu), extrapolate=extrapolate)
             except ValueError as exc:
                 out[variant][key] = str(exc)
                 continue
@@ -125,10 +125,11 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
     if counts["failed"]:
         raise RuntimeError(f"{counts['failed']} calibration run(s) failed: see "
                            f"{cal_dir}/logs")
-    cal, big_l, f0 = _calibrated(glob.glob(os.path.join(cal_dir, "runs", "*", "probes.npz")))
+    fit = ProbeFit.of(glob.glob(os.path.join(cal_dir, "runs", "*", "probes.npz")))
+    cal = fit.cal
     mus = {f"{cal.mu:.4g}": float(cal.mu), **{f"{m:g}": m for m in ACCOUNTING_MUS}}
-    preds = variant_predictions(cal, mus, cfg.schedule.batch_size, cfg.run.steps, big_l, f0,
-                                extrapolate)
+    preds = variant_predictions(fit, mus, batch_size=cfg.schedule.batch_size,
+                                steps=cfg.run.steps, extrapolate=extrapolate)
     points = [v for by_mu in preds.values() for v in by_mu.values() if isinstance(v, list)]
     xs = [max(p[0], 1.0) for p in points] or [horizon]
     ys = [max(p[1], 1.0) for p in points] or [2.0]
@@ -151,7 +152,7 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
         "calibration": {"alpha": cal.noise.alpha, "alpha_interval": list(cal.noise.alpha_interval),
                         "power_law_ok": cal.noise.power_law_ok, "rho": cal.rho(),
                         "rho_interval": list(cal.coupling.rho_interval),
-                        "rho_eff": cal.coupling.rho_eff, "smoothness_L": big_l, "f0": f0,
+                        "rho_eff": cal.coupling.rho_eff, "smoothness_L": fit.big_l, "f0": fit.f0,
                         "notes": list(cal.notes)}}
     registration["primary_measure"]["budget_replay_ratio"] = max(registration["replay_ratios"])
     registration["warm_start"] = calibration_warm_start(cal_dir)
@@ -180,14 +181,7 @@ def runs_warm_start(run_dirs: list, where: str = "") -> dict:
     return seen[0]
 
 
-def _calibrated(paths: list):
-    """(calibration, smoothness L, F0) from the probe files ``paths``."""
-    probes = load_probes(paths)
-    big_l, f0 = smoothness(probes)
-    return calibrate(probes, probes.counts), big_l, f0
-
-
-def extrapolated_registration(path: str, extrapolate: str, primary: str | None = None,
+def extrapolated_registration(path: str, extrapolate: str, *, primary: str | None = None,
                               note: str = "", calibration: str | None = None,
                               config: str | None = None) -> str:
     """A second registration on the grid of the committed ``path``: every variant predicted
@@ -202,13 +196,14 @@ def extrapolated_registration(path: str, extrapolate: str, primary: str | None =
     extrapolate = choice("extrapolate", extrapolate, EXTRAPOLATIONS)
     reg = read_json(path, "--from")
     try:
-        return _extrapolated(path, reg, extrapolate, primary, note, calibration, config)
+        return _extrapolated(path, reg, extrapolate=extrapolate, primary=primary, note=note,
+                             calibration=calibration, config=config)
     except KeyError as exc:
         raise missing_field(exc, path, "--from", "a prediction.json written by predict") \
             from None
 
 
-def _extrapolated(path: str, reg: dict, extrapolate: str, primary: str | None, note: str,
+def _extrapolated(path: str, reg: dict, *, extrapolate: str, primary: str | None, note: str,
                   calibration: str | None, config: str | None) -> str:
     if primary is not None:
         choice("primary", primary, VARIANTS)
@@ -216,15 +211,17 @@ def _extrapolated(path: str, reg: dict, extrapolate: str, primary: str | None, n
     if not config:
         raise ValueError(f"{path} names no config: give config (--config)")
     calibration = calibration or os.path.join(os.path.dirname(path), "calibration")
-    cal, big_l, f0 = _calibrated(probe_paths(calibration, reg["loss"]))
+    fit = ProbeFit.of(probe_paths(calibration, reg["loss"]))
     cfg = load_config(config, [f"{k}={v}" for k, v in reg.get("set", {}).items()])
-    mus = {f"{cal.mu:.4g}": float(cal.mu), **{f"{m:g}": m for m in reg["accounting_mus"]}}
+    mus = {f"{fit.cal.mu:.4g}": float(fit.cal.mu),
+           **{f"{m:g}": m for m in reg["accounting_mus"]}}
     out = os.path.join(os.path.dirname(path), f"prediction_{extrapolate}.json")
     second = {**reg, "name": f"{reg['name']}_{extrapolate}", "extrapolate": extrapolate,
               "supplements": os.path.basename(path),
               "primary_variant": primary or reg["primary_variant"], "note": note,
               "predictions_judged": variant_predictions(
-                  cal, mus, cfg.schedule.batch_size, reg["steps"], big_l, f0, extrapolate)}
+                  fit, mus, batch_size=cfg.schedule.batch_size, steps=reg["steps"],
+                  extrapolate=extrapolate)}
     if "planned_verification" in reg:  # the plan names this file and its primary, not the first's
         plan = reg["planned_verification"]
         second["planned_verification"] = {
@@ -284,8 +281,9 @@ def main(argv=None) -> int:
         p.error("give exactly one of --out (calibrate and predict) or --from (predict again)")
     try:
         if a.source:
-            path = extrapolated_registration(a.source, a.extrapolate, a.primary_variant,
-                                             a.note, a.calibration, a.config)
+            path = extrapolated_registration(a.source, a.extrapolate, primary=a.primary_variant,
+                                             note=a.note, calibration=a.calibration,
+                                             config=a.config)
             reg = read_json(path)
         else:
             path = os.path.join(a.out, "prediction.json")

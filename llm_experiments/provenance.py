@@ -103,7 +103,7 @@ def _judged_curves(root: str, records: list[dict], validation: str) -> list[str]
 def _order(root: str, reg_commit: str, curves: str) -> CurvesOrder:
     commit = first_commit_with(root, curves)
     if not reg_commit:
-        return CurvesOrder(curves, commit, "")
+        return CurvesOrder(path=curves, commit=commit, status="")
     if not commit:
         status = "curves not committed"
     elif reg_commit == commit:
@@ -112,7 +112,7 @@ def _order(root: str, reg_commit: str, curves: str) -> CurvesOrder:
         status = "ok"
     else:
         status = "registered after the runs"
-    return CurvesOrder(curves, commit, status)
+    return CurvesOrder(path=curves, commit=commit, status=status)
 
 
 def check(root: str, validation: str) -> Provenance:
@@ -132,7 +132,8 @@ def check(root: str, validation: str) -> Provenance:
         status = "registration never committed"
     else:
         status = min((c.status for c in curves), key=CURVES_STATUSES.index)
-    return Provenance(validation, path, reg_commit, curves, status)
+    return Provenance(validation=validation, registration=path, reg_commit=reg_commit,
+                      curves=curves, status=status)
 
 
 def check_all(root: str, results: str = "results") -> list[Provenance]:

@@ -179,8 +179,9 @@ def load_runs(path: str, **where) -> list[Run]:
         try:
             if any(rec["settings"].get(k) != v for k, v in want.items()):
                 continue
-            out.append(Run(rec["run_id"], rec["settings"], int(rec["batch_size"]),
-                           _arrays(rec["eval"]), _arrays(rec["train"]), rec.get("summary", {})))
+            out.append(Run(run_id=rec["run_id"], settings=rec["settings"],
+                           batch_size=int(rec["batch_size"]), eval=_arrays(rec["eval"]),
+                           train=_arrays(rec["train"]), summary=rec.get("summary", {})))
         except KeyError as exc:
             raise missing_field(exc, path, expected=CURVES) from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -216,20 +217,28 @@ def by_cell(runs: list[Run]) -> dict[tuple, list[Run]]:
     return out
 
 
-def score_table(runs: list[Run], score) -> tuple[list[tuple], list[float], list[int], np.ndarray]:
-    """Scores as an array (cells, learning rates, seeds) for ``split_half_spearman`` & co.
+@dataclass(frozen=True)
+class ScoreTable:
+    """Scores of runs as an array ``values`` of shape (cells, learning rates, seeds), NaN for
+    a missing run (the layout of ``split_half_spearman`` & co.), with the cells (first-seen
+    order, ``by_cell``), learning rates and seeds (ascending) its axes stand for."""
 
-    Args: runs; score: a function Run -> float. Missing runs are NaN.
-    Returns: (cells, lrs, seeds, array).
-    """
-    cells = list(by_cell(runs))
-    lrs = sorted({r.lr for r in runs})
-    seeds = sorted({r.seed for r in runs})
-    table = np.full((len(cells), len(lrs), len(seeds)), np.nan)
-    index = {c: i for i, c in enumerate(cells)}
-    for r in runs:
-        table[index[r.cell], lrs.index(r.lr), seeds.index(r.seed)] = score(r)
-    return cells, lrs, seeds, table
+    cells: list
+    lrs: list
+    seeds: list
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, runs: list[Run], score) -> ScoreTable:
+        """``score(run)`` (a function Run -> float) of every run."""
+        cells = list(by_cell(runs))
+        lrs = sorted({r.lr for r in runs})
+        seeds = sorted({r.seed for r in runs})
+        values = np.full((len(cells), len(lrs), len(seeds)), np.nan)
+        index = {c: i for i, c in enumerate(cells)}
+        for r in runs:
+            values[index[r.cell], lrs.index(r.lr), seeds.index(r.seed)] = score(r)
+        return cls(cells=cells, lrs=lrs, seeds=seeds, values=values)
 
 
 def _split_label(settings: dict) -> str:

@@ -47,8 +47,9 @@ class RunCosts:
             raise ValueError(f"run {run.run_id} has no timing in its summary (steps, "
                              "samples_generated, train_seconds_per_step, gen_seconds_per_step): "
                              "it cannot be scored in seconds")
-        return cls(float(s["train_seconds_per_step"]),
-                   float(s["gen_seconds_per_step"]) * s["steps"] / s["samples_generated"])
+        return cls(update=float(s["train_seconds_per_step"]),
+                   rollout=float(s["gen_seconds_per_step"]) * s["steps"]
+                   / s["samples_generated"])
 
     def at_evals(self, run) -> np.ndarray:
         """Seconds spent before each of ``run``'s evaluations (updates and generation)."""
@@ -65,19 +66,30 @@ def seconds_at_evals(run) -> np.ndarray:
     return RunCosts.of(run).at_evals(run)
 
 
-def _cell_medians(grid) -> dict:
-    """cell index -> (median seconds per update, per rollout, per run) over its runs."""
-    out = {}
-    for i, c in enumerate(grid.cells):
-        costs = [(RunCosts.of(r), r) for r in grid.runs[c]]
-        out[i] = tuple(float(np.median(v)) for v in zip(*[(k.update, k.rollout, k.total(r))
-                                                          for k, r in costs]))
-    return out
+@dataclass(frozen=True)
+class CellMedians:
+    """A cell's medians over its runs: seconds per update, per generated rollout and per run."""
+
+    update: float
+    rollout: float
+    run: float
+
+    @classmethod
+    def of(cls, runs: list) -> CellMedians:
+        costs = [(RunCosts.of(r), r) for r in runs]
+        return cls(update=float(np.median([k.update for k, _ in costs])),
+                   rollout=float(np.median([k.rollout for k, _ in costs])),
+                   run=float(np.median([k.total(r) for k, r in costs])))
+
+
+def _cell_medians(grid) -> dict[int, CellMedians]:
+    """cell index -> its ``CellMedians``."""
+    return {i: CellMedians.of(grid.runs[c]) for i, c in enumerate(grid.cells)}
 
 
 def seconds_budget(grid) -> float:
     """The seconds AUC's budget: the smallest over cells of the cell's median run seconds."""
-    return min(m[2] for m in _cell_medians(grid).values())
+    return min(m.run for m in _cell_medians(grid).values())
 
 
 @dataclass(frozen=True)
@@ -95,10 +107,11 @@ def cell_costs(grid) -> dict:
     """The unit and every cell's costs in it, as a record: {"unit": UNIT, "unit_cell": the
     cell that defines it, "unit_seconds": C, "cells": [``CellCost`` as dicts]}."""
     med = _cell_medians(grid)
-    ref = grid.on_policy if grid.on_policy >= 0 else min(med, key=lambda i: med[i][0])
-    unit = med[ref][0]
+    ref = grid.on_policy if grid.on_policy >= 0 else min(med, key=lambda i: med[i].update)
+    unit = med[ref].update
     b = grid.batch_size
     return {"unit": UNIT if grid.on_policy >= 0 else "the cheapest cell's update of B rollouts",
             "unit_cell": grid.labels[ref], "unit_seconds": unit,
-            "cells": [asdict(CellCost(grid.labels[i], m[0] / unit, m[1] * b / unit, m[2]))
+            "cells": [asdict(CellCost(label=grid.labels[i], update_cost=m.update / unit,
+                                      mu=m.rollout * b / unit, seconds=m.run))
                       for i, m in med.items()]}

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
@@ -126,7 +126,7 @@ def expand(spec: dict) -> list[RunSpec]:
             rid = run_id(overrides, shown=[*cell, *point])
             if rid not in seen:
                 seen.add(rid)
-                runs.append(RunSpec(rid, overrides))
+                runs.append(RunSpec(run_id=rid, overrides=overrides))
     return runs
 
 
@@ -253,7 +253,46 @@ def _on_ray(todo: list[RunSpec], prepare, finish, address: str | None, env: dict
             ray.shutdown()
 
 
-def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = None,
+@dataclass
+class _Books:
+    """What one ``run_sweep`` call books as its runs end: the counts, the results table, the
+    failures, why no further run starts (``stop``, the local engine) and the progress bar."""
+
+    out: Path
+    runs: list
+    compacted: dict
+    counts: dict
+    bar: object
+    failures: list = field(default_factory=list)
+    stop: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def finish(self, run: RunSpec, cmd, log_path, rc: int) -> None:
+        """Book a run that ended with return code ``rc``: finished (its results rewritten)
+        or failed; one started from another warm start than the compacted runs of its cell
+        is set aside as ``<id>.other-warm-start`` and stops the sweep."""
+        run_dir = self.out / "runs" / run.run_id
+        with self.lock:
+            foreign = foreign_warm_start(run, run_dir, self.compacted) \
+                if rc == 0 and is_done(run_dir) else ""
+            if rc == 0 and is_done(run_dir) and not foreign:
+                self.counts["finished"] += 1
+                write_results(self.out, collect(self.out, self.runs))
+            else:
+                self.counts["failed"] += 1
+                self.failures.append({"run_id": run.run_id, "returncode": rc,
+                                      "log": str(log_path), "command": cmd,
+                                      **({"reason": foreign} if foreign else {})})
+            if foreign:  # set aside, not done: a machine with the grid's policy redoes it
+                aside = run_dir.with_name(f"{run.run_id}.other-warm-start")
+                shutil.rmtree(aside, ignore_errors=True)
+                run_dir.rename(aside)
+                self.stop.append(foreign)
+                print(f"sweep: stopping: {run.run_id}: {foreign}", file=sys.stderr)
+            self.bar.update(1)
+
+
+def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = None,
               progress: bool = True, engine: str = "local", address: str | None = None,
               done_in: tuple[str, ...] = ()) -> dict:
     """Run every unfinished run of ``spec`` into ``out_dir``; returns counts.
@@ -292,9 +331,6 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
               "compacted": len({r.run_id for r in runs} & compacted.keys() - in_folder),
               "finished": 0, "failed": 0}
     run_env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
-    lock = threading.Lock()
-    failures = []
-    stop: list[str] = []  # why no further run starts (the local engine)
 
     def prepare(run: RunSpec):
         run_dir = out / "runs" / run.run_id
@@ -304,46 +340,27 @@ def run_sweep(spec: dict, out_dir: str, workers: int = 1, env: dict | None = Non
         return _command(spec, run, run_dir), log_path
 
     def one(run: RunSpec):
-        if stop:
+        if books.stop:
             return
         cmd, log_path = prepare(run)
         with open(log_path, "a") as log:
             rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env)
-        finish(run, cmd, log_path, rc)
+        books.finish(run, cmd, log_path, rc)
 
-    def finish(run: RunSpec, cmd, log_path, rc: int):
-        run_dir = out / "runs" / run.run_id
-        with lock:
-            foreign = foreign_warm_start(run, run_dir, compacted) \
-                if rc == 0 and is_done(run_dir) else ""
-            if rc == 0 and is_done(run_dir) and not foreign:
-                counts["finished"] += 1
-                write_results(out, collect(out, runs))
-            else:
-                counts["failed"] += 1
-                failures.append({"run_id": run.run_id, "returncode": rc, "log": str(log_path),
-                                 "command": cmd, **({"reason": foreign} if foreign else {})})
-            if foreign:  # set aside, not done: a machine with the grid's policy redoes it
-                aside = run_dir.with_name(f"{run.run_id}.other-warm-start")
-                shutil.rmtree(aside, ignore_errors=True)
-                run_dir.rename(aside)
-                stop.append(foreign)
-                print(f"sweep: stopping: {run.run_id}: {foreign}", file=sys.stderr)
-            bar.update(1)
-
-    bar = tqdm(total=len(runs), initial=counts["skipped"], desc="sweep", unit="run",
-               disable=not progress)
+    books = _Books(out=out, runs=runs, compacted=compacted, counts=counts,
+                   bar=tqdm(total=len(runs), initial=counts["skipped"], desc="sweep",
+                            unit="run", disable=not progress))
     try:
         if engine == "ray":
-            _on_ray(todo, prepare, finish, address, run_env)
+            _on_ray(todo, prepare, books.finish, address, run_env)
         else:
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 list(pool.map(one, todo))
     finally:
-        bar.close()
+        books.bar.close()
         write_results(out, collect(out, runs))
         atomic_write(str(out / "failures.jsonl"),
-                     lambda fh: fh.writelines(json.dumps(f) + "\n" for f in failures))
+                     lambda fh: fh.writelines(json.dumps(f) + "\n" for f in books.failures))
     return counts
 
 

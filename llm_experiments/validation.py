@@ -48,7 +48,8 @@ from replaytheory.reuse import VARIANTS as REUSE_VARIANTS
 from replaytheory.reuse import objective as reuse_objective
 from replaytheory.verdicts import TIE_RTOL
 
-from .cells import GATE_THRESHOLD, TARGET, best_cell, cell_scores, compute_score, gate, kind, measured_mu
+from .cells import (GATE_THRESHOLD, TARGET, CellScore, best_cell, cell_scores, compute_score,
+                    gate, kind, measured_mu)
 from .results import load_runs
 
 # The last three are theory.md section 10's reuse-aware variants (``replaytheory.reuse``).
@@ -96,6 +97,25 @@ def smoothness(probes: ProbeSet) -> tuple[float, float]:
     return big_l, float(mb["grad_sq"][first] / (2 * big_l))
 
 
+@dataclass(frozen=True)
+class ProbeFit:
+    """What a prediction uses from calibration probes: the calibration (``replaytheory.
+    calibrate``: sigma(s), rho, kappa and the reuse tables), the smoothness L (> 0) and
+    F0 = ||g_0||^2 / (2L) (``smoothness``)."""
+
+    cal: object
+    big_l: float
+    f0: float
+
+    @classmethod
+    def of(cls, paths) -> ProbeFit:
+        """The fit of the probe files ``paths`` (``load_probes``)."""
+        probes = load_probes(paths)
+        cal = calibrate(probes, probes.counts)
+        big_l, f0 = smoothness(probes)
+        return cls(cal=cal, big_l=big_l, f0=f0)
+
+
 @dataclass
 class Prediction:
     """A variant's predicted optimum and its objective over (x, y) (lower = better)."""
@@ -108,20 +128,22 @@ class Prediction:
     notes: tuple
 
 
-def predict(cal, variant: str, mu: float, *, batch_size: int, budget: float,
-            big_l: float, f0: float, extrapolate: str = "none") -> Prediction:
-    """The variant's prediction with the calibrated constants (see the module docstring).
+def predict(fit: ProbeFit, variant: str, mu: float, *, batch_size: int, budget: float,
+            extrapolate: str = "none") -> Prediction:
+    """The variant's prediction with the calibrated constants (see the module docstring):
+    ``batch_size`` rollouts per update, ``budget`` in trainer updates (the finite-eta bound's).
 
     ``extrapolate``: how a measured noise table reaches past its staleness range, one of
     ``replaytheory.noise.EXTRAPOLATIONS`` (theory.md section 4.6; "none" caps x* there)."""
+    cal, big_l, f0 = fit.cal, fit.big_l, fit.f0
     noise = cal.noise_model(extrapolate=extrapolate)
     if variant in ("asymptotic", "effective_coupling"):
         coupling = "theory" if variant == "asymptotic" else "effective"
         d = cal.design(mu, coupling=coupling, variant="standard", extrapolate=extrapolate)
         rho = cal.rho(coupling)
-        return Prediction(variant, d.horizon, d.replay_ratio, d.regime == "on-policy",
-                          lambda x, y: objective(x, y, mu=mu, rho=rho, noise=noise),
-                          d.notes)
+        return Prediction(variant=variant, horizon=d.horizon, replay_ratio=d.replay_ratio,
+                          on_policy=d.regime == "on-policy", notes=d.notes,
+                          objective=lambda x, y: objective(x, y, mu=mu, rho=rho, noise=noise))
     if variant == "finite_eta":
         f = cal.finite_lr_design(mu, batch_size=batch_size, smoothness=big_l, f0=f0,
                                  budget=budget, extrapolate=extrapolate)
@@ -132,15 +154,17 @@ def predict(cal, variant: str, mu: float, *, batch_size: int, budget: float,
                                        batch_size=batch_size, smoothness=big_l, kappa=kappa,
                                        f0=f0, budget=budget)[0]
 
-        return Prediction(variant, f.horizon, f.replay_ratio, f.horizon < 1, obj, f.notes)
+        return Prediction(variant=variant, horizon=f.horizon, replay_ratio=f.replay_ratio,
+                          on_policy=f.horizon < 1, objective=obj, notes=f.notes)
     if variant in REUSE_VARIANTS:  # raises ValueError when the run lacks the probe tables
         d = cal.design(mu, variant=variant, extrapolate=extrapolate)
         reuse, contribution = cal.reuse_terms(variant)
         rho = cal.rho()
-        return Prediction(variant, d.horizon, d.replay_ratio, d.regime == "on-policy",
-                          lambda x, y: reuse_objective(x, y, mu=mu, rho=rho, noise=noise,
-                                                       reuse=reuse, contribution=contribution),
-                          d.notes)
+        return Prediction(variant=variant, horizon=d.horizon, replay_ratio=d.replay_ratio,
+                          on_policy=d.regime == "on-policy", notes=d.notes,
+                          objective=lambda x, y: reuse_objective(
+                              x, y, mu=mu, rho=rho, noise=noise, reuse=reuse,
+                              contribution=contribution))
     raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
 
 
@@ -170,65 +194,91 @@ def calibrated(cal, variant: str) -> bool:
 
 def validate(curves: str, calibration_dir: str, *, target: float = TARGET,
              mus=None, variants=VARIANTS) -> list[dict]:
-    """One record per (mu, loss, variant); see the module docstring."""
+    """One record per (mu, loss, variant) and one per loss with its calibration; see the
+    module docstring."""
     records = []
     all_runs = load_runs(curves)
     for loss in sorted({r.get("trainer.loss") for r in all_runs}):
         runs = [r for r in all_runs if r.get("trainer.loss") == loss]
-        grid_runs = [r for r in runs if kind(r) in ("grid", "on_policy")]
-        paths = glob.glob(os.path.join(calibration_dir, f"*{loss}*.npz"))
-        probes = load_probes(paths)
-        cal = calibrate(probes, probes.counts)
-        big_l, f0 = smoothness(probes)
-        batch = runs[0].batch_size
-        steps = int(max(r.eval["step"][-1] for r in runs))
-        mu_list = list(mus) if mus is not None else [measured_mu(runs), *ACCOUNTING_MUS]
-        for mu in mu_list:
-            scores = cell_scores(grid_runs, compute_score(mu, target), "min")
-            grid = [c for c in scores if c.kind == "grid"]
-            onp = next(c for c in scores if c.kind == "on_policy")
-            best = best_cell(scores, "min", kinds=("grid", "on_policy"))
-            g = gate(grid_runs, compute_score(mu, target), "min")
-            budget = steps * (1 + mu)  # the on-policy run's compute, in trainer updates
-            for variant in [v for v in variants if calibrated(cal, v)]:
+        fit = ProbeFit.of(glob.glob(os.path.join(calibration_dir, f"*{loss}*.npz")))
+        for mu in list(mus) if mus is not None else [measured_mu(runs), *ACCOUNTING_MUS]:
+            scored = ScoredGrid.of(runs, loss=loss, mu=mu, target=target)
+            for variant in [v for v in variants if calibrated(fit.cal, v)]:
                 try:
-                    pred = predict(cal, variant, mu, batch_size=batch, budget=budget,
-                                   big_l=big_l, f0=f0)
+                    pred = predict(fit, variant, mu, batch_size=runs[0].batch_size,
+                                   budget=scored.budget)
                 except ValueError as exc:
                     records.append({"mu": mu, "loss": loss, "variant": variant,
                                     "error": str(exc)})
                     continue
-                chosen, tied = (onp, []) if pred.on_policy else _nearest(
-                    grid, pred.horizon, pred.replay_ratio)
-                j = np.array([float(pred.objective(c.horizon, c.replay_ratio)) for c in grid])
-                measured = np.array([c.median for c in grid])
-                records.append({
-                    "mu": mu, "mu_source": "measured" if mu not in ACCOUNTING_MUS
-                    else "accounting", "loss": loss, "variant": variant,
-                    "predicted_horizon": pred.horizon, "predicted_replay_ratio": pred.replay_ratio,
-                    "predicted_on_policy": pred.on_policy,
-                    "predicted_cell": chosen.label, "best_cell": best.label,
-                    "best_horizon": best.horizon, "best_replay_ratio": best.replay_ratio,
-                    "best_lr": best.lr, "target": target,
-                    "best_compute": best.median, "predicted_compute": chosen.median,
-                    "on_policy_compute": onp.median,
-                    "spearman": spearman(j, measured),
-                    "regret": regret(chosen.median, best.median)
-                    if 0 < best.median < math.inf else math.nan,
-                    "gate_spearman": g, "gate_passed": bool(g >= GATE_THRESHOLD),
-                    "n_cells": len(grid),
-                    "cells": [{"label": c.label, "horizon": c.horizon,
-                               "replay_ratio": c.replay_ratio, "predicted_objective": float(jv),
-                               "measured_compute": c.median}
-                              for c, jv in zip(grid, j)],
-                    "notes": list(pred.notes),
-                    # cells as near the prediction as the judged (worse) one
-                    "predicted_tied": [{"cell": c.label, "compute": c.median} for c in tied]})
-        records.append({"loss": loss, "calibration": _summary(cal, big_l, f0)})
+                records.append(variant_record(scored, pred))
+        records.append({"loss": loss, "calibration": _summary(fit)})
     return records
 
 
-def _summary(cal, big_l, f0) -> dict:
+@dataclass(frozen=True)
+class ScoredGrid:
+    """The cells of one loss's sweep scored by compute to ``target`` (accuracy) at ``mu``:
+    the grid cells, the on-policy cell, the best of both, the split-half gate and the budget
+    of the on-policy run (its compute, trainer updates: the finite-eta bound's)."""
+
+    loss: str
+    mu: float
+    target: float
+    grid: list
+    on_policy: CellScore
+    best: CellScore
+    gate: float
+    budget: float
+
+    @classmethod
+    def of(cls, runs: list, *, loss: str, mu: float, target: float) -> ScoredGrid:
+        grid_runs = [r for r in runs if kind(r) in ("grid", "on_policy")]
+        scores = cell_scores(grid_runs, compute_score(mu, target), "min")
+        steps = int(max(r.eval["step"][-1] for r in runs))
+        return cls(loss=loss, mu=mu, target=target,
+                   grid=[c for c in scores if c.kind == "grid"],
+                   on_policy=next(c for c in scores if c.kind == "on_policy"),
+                   best=best_cell(scores, "min", kinds=("grid", "on_policy")),
+                   gate=gate(grid_runs, compute_score(mu, target), "min"),
+                   budget=steps * (1 + mu))
+
+
+def variant_record(s: ScoredGrid, pred: Prediction) -> dict:
+    """One (mu, loss, variant) record: the prediction, its cell (on-policy, or the worse of
+    the grid cells nearest it, ``_nearest``), the best cell, the regret, the Spearman of its
+    objective with the measured compute over the grid cells and the gate."""
+    chosen, tied = (s.on_policy, []) if pred.on_policy else _nearest(
+        s.grid, pred.horizon, pred.replay_ratio)
+    j = np.array([float(pred.objective(c.horizon, c.replay_ratio)) for c in s.grid])
+    measured = np.array([c.median for c in s.grid])
+    best = s.best
+    return {
+        "mu": s.mu, "mu_source": "measured" if s.mu not in ACCOUNTING_MUS else "accounting",
+        "loss": s.loss, "variant": pred.variant,
+        "predicted_horizon": pred.horizon, "predicted_replay_ratio": pred.replay_ratio,
+        "predicted_on_policy": pred.on_policy,
+        "predicted_cell": chosen.label, "best_cell": best.label,
+        "best_horizon": best.horizon, "best_replay_ratio": best.replay_ratio,
+        "best_lr": best.lr, "target": s.target,
+        "best_compute": best.median, "predicted_compute": chosen.median,
+        "on_policy_compute": s.on_policy.median,
+        "spearman": spearman(j, measured),
+        "regret": regret(chosen.median, best.median)
+        if 0 < best.median < math.inf else math.nan,
+        "gate_spearman": s.gate, "gate_passed": bool(s.gate >= GATE_THRESHOLD),
+        "n_cells": len(s.grid),
+        "cells": [{"label": c.label, "horizon": c.horizon,
+                   "replay_ratio": c.replay_ratio, "predicted_objective": float(jv),
+                   "measured_compute": c.median}
+                  for c, jv in zip(s.grid, j)],
+        "notes": list(pred.notes),
+        # cells as near the prediction as the judged (worse) one
+        "predicted_tied": [{"cell": c.label, "compute": c.median} for c in tied]}
+
+
+def _summary(fit: ProbeFit) -> dict:
+    cal, big_l, f0 = fit.cal, fit.big_l, fit.f0
     n, c = cal.noise, cal.coupling
     out = {"alpha": n.alpha, "alpha_interval": list(n.alpha_interval), "tau": n.tau,
            "tau_interval": list(n.tau_interval), "noise_r2": n.r2, "noise_p_value": n.p_value,

@@ -465,3 +465,66 @@ def test_the_wall_clock_record_beside_unchanged_compute_records(tmp_path):
                                       + r.summary["gen_seconds_per_step"])
                                      for rs in cells for r in rs))
     assert all(0 < t["fastest_compute"] <= longest for t in rec["compute_to_target"])
+
+
+@pytest.mark.parametrize("change, names", [
+    (lambda d: d.update(steps="abc"), "steps must be an integer >= 1"),
+    (lambda d: d.update(steps=0), "steps must be an integer >= 1"),
+    (lambda d: d["bootstrap"].update(interval=1.5), "bootstrap.interval must be in (0, 1)"),
+    (lambda d: d["bootstrap"].update(draws=2.5), "bootstrap.draws must be an integer >= 1"),
+    (lambda d: d.update(bootstrap=[1]), "bootstrap must be an object"),
+    (lambda d: d["gate"].update(threshold=2), "gate.threshold must be in [-1, 1]"),
+    (lambda d: d.update(accounting_mus=[2.0, -1]), "accounting_mus[1] must be in (0, inf)"),
+    (lambda d: d["primary_measure"].update(budget_replay_ratio=None),
+     "primary_measure.budget_replay_ratio must be in (0, inf)"),
+    (lambda d: d.update(compute_targets=[0.5, 2]), "compute_targets[1] must be in [0, 1]"),
+    (lambda d: d.update(primary_variant="best"), "primary_variant must be one of"),
+    (lambda d: d.update(wall_clock="yes"), "wall_clock must be true or false"),
+    (lambda d: d["predictions_judged"]["asymptotic"].update({"two": [4.0, 2.0]}),
+     "predictions_judged.asymptotic: the key 'two' must be a mu"),
+    (lambda d: d["predictions_judged"]["asymptotic"].update({"2.0": [4.0, 0]}),
+     "predictions_judged.asymptotic.2.0 must be [x*, y*] with x* >= 0 and y* > 0"),
+])
+def test_a_bad_registration_field_is_named_with_the_flag_the_file_and_its_range(
+        tmp_path, change, names):
+    """Each field of a registration is checked where it is declared: the error names the
+    flag, the file and the field with its allowed range (the old loader took steps "abc" as
+    a bare int() error and an interval of 1.5 without complaint)."""
+    from replaytheory.cli_input import BadInput
+    from llm_experiments.judge import Registration
+    reg = {"name": "t", "loss": "grpo", "steps": 24, "horizons": [1, 4], "replay_ratios": [1, 2],
+           "accounting_mus": [2.0], "primary_measure": {"budget_replay_ratio": 2},
+           "secondary_targets": [], "bootstrap": {"draws": 50, "interval": 0.9, "rng_seed": 0},
+           "gate": {"threshold": 0.9},
+           "predictions_judged": {"asymptotic": {"2.0": [4.0, 2.0]}, "finite_eta": {
+               "2.0": "no optimum"}}}
+    Registration.load(str(_written(tmp_path / "good.json", reg)), "--prediction")
+    change(reg)
+    path = _written(tmp_path / "bad.json", reg)
+    with pytest.raises(BadInput) as err:
+        Registration.load(str(path), "--prediction")
+    assert f"--prediction {str(path)!r}: " in str(err.value) and names in str(err.value)
+
+
+def test_a_registration_is_read_by_field_as_the_judge_uses_it(tmp_path):
+    """Accounting mus keep their keys, any other mu is "measured", a variant without an
+    optimum there is left out, absent optional fields take their defaults."""
+    from llm_experiments.judge import Registration
+    reg = {"name": "t", "loss": "grpo", "steps": 24, "horizons": [1, 4], "replay_ratios": [1, 2],
+           "accounting_mus": [2.0, 6.84], "primary_measure": {"budget_replay_ratio": 2},
+           "bootstrap": {"draws": 50, "interval": 0.9, "rng_seed": 3},
+           "gate": {"threshold": 0.9},
+           "predictions_judged": {"asymptotic": {"0.4": [16, 2.8], "6.84": "x* unbounded"},
+                                  "finite_eta": "no calibration", "unknown": {"2": [1, 1]}}}
+    r = Registration.load(str(_written(tmp_path / "r.json", reg)))
+    assert r.predictions == {"asymptotic": {"measured": (16, 2.8)}}
+    assert (r.steps, r.draws, r.rng_seed, r.level, r.accounting_mus) == (24, 50, 3, 0.9,
+                                                                        (2.0, 6.84))
+    assert (r.targets, r.extrapolate, r.warm_start, r.primary_variant, r.compute_targets,
+            r.wall_clock, r.horizon_model) == ((), "none", None, None, (), False, None)
+    assert r.compute_budget(2.0) == 24 * (1 + 2.0 / 2)
+
+
+def _written(path, obj):
+    path.write_text(json.dumps(obj))
+    return path

@@ -108,7 +108,7 @@ def test_a_second_registration_extrapolates_on_the_same_grid(tmp_path):
                     ignore=shutil.ignore_patterns("logs"))
     shutil.copy(os.path.join(src, "prediction.json"), tmp_path / "prediction.json")
     path = extrapolated_registration(str(tmp_path / "prediction.json"), "hold_last",
-                                     "self_correlated", note="test")
+                                     primary="self_correlated", note="test")
     assert os.path.basename(path) == "prediction_hold_last.json"
     first = json.loads((tmp_path / "prediction.json").read_text())
     second = json.loads((tmp_path / "prediction_hold_last.json").read_text())
