@@ -12,7 +12,8 @@ computed in passes of ``coords_per_pass`` coordinates, so a projection costs O(P
 O(k + coords_per_pass) memory besides its input. The hashes of the first ``cache_coords``
 coordinates are kept (12 bytes each) because on a CPU computing them costs more than applying
 them. Because S is linear, a fixed seed makes sketches of different probes, weights and rows
-comparable (S a - S b = S (a - b)).
+comparable (S a - S b = S (a - b)). The hashes are integer arithmetic, the same on every device;
+the bucket sums are float32 (``index_add_``, whose order of addition is not fixed on CUDA).
 """
 
 from __future__ import annotations

@@ -142,3 +142,13 @@ def test_kept_gradients_scale_with_k_and_the_run_is_unchanged(runs):
                       for rec in read_jsonl(os.path.join(path, "metrics.jsonl"))]
     assert K < P / 10
     assert metrics[0] == metrics[K]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_sketch_is_the_cpu_sketch():
+    """Same seed, same S on a GPU: integer hashes agree exactly, sums to float32 rounding."""
+    sk = CountSketch(256, 7)
+    x = torch.randn(4, 50_000, generator=torch.Generator().manual_seed(3))
+    for a, b in zip(sk._hash(0, 50_000, "cpu"), sk._hash(0, 50_000, "cuda")):
+        assert torch.equal(a, b.cpu())
+    assert torch.allclose(sk.rows([x.cuda()]).cpu(), sk.rows([x]), atol=1e-4)
