@@ -514,6 +514,9 @@ class ProbeConfig(_Section):
     panel_groups: groups of each long-range panel (0 = off; theory.md section 11.1): made at
     each step of panel_births, never trained on, measured again at birth + g for g in
     panel_gaps (steps); needs a loss with an importance ratio.
+    sketch_dim: 0 = exact gradients (the default); k >= 1 = the probes keep count sketches of
+    k dimensions of every gradient instead (unbiased inner products and squared norms, relative
+    standard deviation <= sqrt(2 / k); theory.md section 8.1.1).
     """
 
     SECTION: ClassVar[str] = "probe"
@@ -530,6 +533,7 @@ class ProbeConfig(_Section):
     panel_groups: int = _int(0, 0)
     panel_births: list = _int_list([0], 0)
     panel_gaps: list = _int_list([1, 2, 4, 8, 16, 32, 64, 128, 256], 1)
+    sketch_dim: int = _int(0, 0, 2**31 - 2)  # count-sketch hash modulus 2^31 - 1 (sketch.py)
 
     def check(self) -> None:
         """The reference gradient splits the fresh groups in two halves; the noise and

@@ -188,7 +188,7 @@ class Experiment(PolicyTrainer):
         probe, draw and update (steps 2-4 of the loop). Returns (loss statistics, the
         rollouts made, the batch trained on)."""
         t, sc = self.step, self.cfg.schedule
-        if sc.mode == "async" and t % self.production.refresh == 0:
+        if self.production.publishes(t):
             self.weights.publish(t, self.model)
         if self.prober:
             self.weights.publish(t, self.model)

@@ -14,6 +14,7 @@ import torch
 
 from .kernels import default_linear
 from .losses import TokenBatch, policy_loss, token_logprobs
+from .sketch import Exact
 
 
 class eager_attention:
@@ -34,15 +35,16 @@ class eager_attention:
 
 
 def per_sample_grads(model, batch: TokenBatch, loss_kwargs: dict, temperature: float,
-                     chunk: int = 16, params: dict | None = None):
+                     chunk: int = 16, params: dict | None = None, project=None):
     """Yield (start, grads) with grads a (c, P) float32 matrix of flattened per-sequence
     gradients of ``policy_loss`` for rows start..start+c of the batch (torch.func; eager
     attention and the default linear kernel, which vmap supports).
 
     loss_kwargs: keyword arguments of ``policy_loss``; temperature > 0; chunk >= 1: rows per
     vmap call (memory ~ chunk copies of the parameters). ``params``: parameters to
-    differentiate at (default: the model's own). The model's weights and .grad fields are not
-    modified.
+    differentiate at (default: the model's own). ``project``: a ``sketch`` projection applied
+    to the parameter blocks of each chunk (grads then (c, k); default exact, (c, P)). The
+    model's weights and .grad fields are not modified.
     """
     from torch.func import functional_call, grad, vmap
     names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -64,7 +66,7 @@ def per_sample_grads(model, batch: TokenBatch, loss_kwargs: dict, temperature: f
             rows = batch.rows(slice(start, start + chunk))
             out = g(params, rows.input_ids, rows.index, rows.targets, rows.mask, rows.old_logp,
                     rows.adv)
-            yield start, torch.cat([out[n].reshape(len(rows), -1).float() for n in names], 1)
+            yield start, (project or Exact).rows([out[n] for n in names])
 
 
 def clipped_mean_grad(model, batch: TokenBatch, loss_kwargs: dict, temperature: float,

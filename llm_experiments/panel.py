@@ -19,7 +19,8 @@ current weights theta_t against a fresh reference gradient g_ref(t) (theory.md s
   groups, as section 8.9.4 reads buffer rows.
 
 The birth noise is recomputed at each measurement from the kept birth weights and reference,
-so a panel costs a few megabytes, not a copy of every per-sample gradient.
+so a panel costs a few megabytes, not a copy of every per-sample gradient (and its kept
+reference is a k-vector under ``probe.sketch_dim``, theory.md section 8.1.1).
 """
 
 from __future__ import annotations

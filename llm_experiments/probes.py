@@ -42,6 +42,14 @@ of G for group rows). Probes draw
 from their own seeded stream and never write the model, its gradients, or the run's RNG.
 Their cost (seconds) is reported and bounded by the sizes in ``ProbeConfig``.
 
+Sketch (``probe.sketch_dim`` = k > 0; 0, the default, is exact): every gradient the probes
+keep (per-sequence, group, reference and minibatch gradients) is a k-dimensional count sketch
+S g of one seeded projection for the whole run (``sketch.CountSketch``), so kept memory grows
+with k, not with the parameter count P. Every table entry is an inner product or a squared norm
+of linear combinations of gradients, and E[<S a, S b>] = <a, b>, so each stays unbiased, with
+standard deviation at most sqrt(2 / k) ||a|| ||b|| (theory.md section 8.1.1); ratios (cosines,
+kept shares) are consistent, not unbiased. Weights (drift, theta) stay exact.
+
 The prober sees the run only through a ``RunView`` (built by ``Experiment``, by trainer rank 0
 of the Ray engine, and by the TRL callback): the policy, the buffer's rollouts and weight
 snapshots (read only, as messages: the buffer may live in another process), prompt encoding and
@@ -69,7 +77,8 @@ from .losses import collate, loss_stats, policy_loss, token_logprobs
 from .panel import PanelProbe
 from .samplers import Generation, WeightUpdate
 from .samplers.hf import HFSampler
-from .seeds import PROBE_STREAM, derived_seed
+from .seeds import PROBE_STREAM, SKETCH_STREAM, derived_seed
+from .sketch import projection
 
 EXTRA = {"noise": ("source", "insert_step", "uses"), "bias": ("method", "indep_noise_sq"),
          "panel": ("group", "n_mates", "sq_unclip", "ref_sq_error_birth"),
@@ -172,6 +181,9 @@ class Prober:
         self._smooth = (0.0, 0.0, 0.0)  # grad_sq, grad_change_sq, drift_prev of this probe
         self._refs: dict[int, torch.Tensor] = {}  # probe step -> its g_ref, for reuse rows
         self.panel = PanelProbe(self)
+        # One S for the whole run, so sketches of different probes and weights combine.
+        self.project = projection(cfg.probe.sketch_dim,
+                                  derived_seed(cfg.run.seed, SKETCH_STREAM))
 
     # ---- bookkeeping --------------------------------------------------------------------------
 
@@ -245,7 +257,8 @@ class Prober:
     # ---- gradients ----------------------------------------------------------------------------
 
     def _group_grads(self, groups: list[list]) -> torch.Tensor:
-        """(n_groups, P) gradients of each group's mean loss at the current weights."""
+        """(n_groups, P) gradients of each group's mean loss at the current weights ((n_groups,
+        k) sketches with ``probe.sketch_dim`` = k > 0)."""
         r = self.run
         params = [p for p in r.model.parameters() if p.requires_grad]
         out = []
@@ -255,18 +268,19 @@ class Prober:
                                      self.cfg.sampler.temperature)
             loss = policy_loss(logp, batch, **r.loss_kwargs).mean()
             grads = torch.autograd.grad(loss, params)
-            out.append(torch.cat([g.reshape(-1).float() for g in grads]))
+            out.append(self.project.rows([g[None] for g in grads])[0])
         return torch.stack(out)
 
     def seq_grads(self, rollouts: list, params: dict | None = None,
                    loss_kwargs: dict | None = None) -> torch.Tensor:
         """(n, P) per-sequence gradients (torch.func) of the training loss (or of the loss
-        ``loss_kwargs``) at the current weights (or at ``params``, {name: tensor})."""
+        ``loss_kwargs``) at the current weights (or at ``params``, {name: tensor}); (n, k)
+        sketches with ``probe.sketch_dim`` = k > 0."""
         r = self.run
         batch = collate(rollouts, r.pad_id, r.device)
         return torch.cat([g for _, g in per_sample_grads(
             r.model, batch, r.loss_kwargs if loss_kwargs is None else loss_kwargs,
-            self.cfg.sampler.temperature, self.cfg.probe.chunk, params)])
+            self.cfg.sampler.temperature, self.cfg.probe.chunk, params, self.project)])
 
     def generate(self, problems, uniforms, update: WeightUpdate, first_group: int):
         r, g = self.run, self.cfg.schedule.group_size
@@ -503,11 +517,13 @@ class Prober:
                 "indep_noise_sq": float(np.mean([sq_norm(x) for x in unpaired]))})
 
     def add_minibatch(self, step: int, grad: torch.Tensor) -> None:
-        """Minibatch noise of the training batch of ``step`` against this probe's g_ref."""
+        """Minibatch noise of the training batch of ``step`` (``grad``: its flat gradient,
+        length P) against this probe's g_ref."""
         g_ref, ref_err, sigma_bar2 = self._ref
+        grad = self.project.vector(grad.to(g_ref.device))
         self.rows["minibatch"].append({
             "probe_step": step, "batch_size": self.cfg.schedule.batch_size,
             "buffer_size": self.run.buffer_capacity,
-            "sq_error": sq_norm(grad.to(g_ref.device) - g_ref), "ref_sq_error": ref_err,
+            "sq_error": sq_norm(grad - g_ref), "ref_sq_error": ref_err,
             "sigma_bar2": sigma_bar2, "grad_sq": self._smooth[0],
             "grad_change_sq": self._smooth[1], "drift_prev": self._smooth[2]})

@@ -11,7 +11,7 @@
       steps to finish a batch). Deterministic: no timing enters.
   When the buffer cannot yet give a batch (first steps; LIFO), whole groups more are made
   (``Production.fill``); the config checks guarantee that a bounded number suffices.
-* ``WeightStore``: published weight snapshots (CPU copies) by version.
+* ``WeightStore``: published weight snapshots by version, on the model's device.
 * ``ComputeClock``: seconds, tokens and FLOPs of generation and training; the measured mu
   (time and FLOPs) and compute in units of one trainer update, steps + mu * generated / B.
 """
@@ -73,6 +73,13 @@ class Production:
         """Weight version (a trainer step) the producers use before step ``step``."""
         return max(0, step - self.latency) // self.refresh * self.refresh
 
+    def publishes(self, step: int) -> bool:
+        """Whether the weights before step ``step`` (>= 0) must be kept as a snapshot for the
+        producers: a refresh step of a schedule whose producers use a version after its
+        trainer step has passed (latency > 0, or refresh > 1 and a sampler that evaluation or
+        a resume reloaded). Otherwise the producers only ever take the current weights."""
+        return step % self.refresh == 0 and (self.latency > 0 or self.refresh > 1)
+
     def fill(self, buffer, step: int, produce: Callable[[int, int], list]) -> list:
         """Make the rollouts of trainer step ``step`` and insert them into ``buffer`` (a
         ``RolloutBuffer``): ``groups_due(step)`` groups, then one group at a time until the
@@ -96,15 +103,17 @@ class Production:
 
 
 class WeightStore:
-    """Published weight snapshots, CPU copies keyed by version (trainer step)."""
+    """Published weight snapshots keyed by version (trainer step), copies on the model's
+    device: a sampler in the same process loads them without a trip through host memory
+    (snapshots restored from a checkpoint are on the CPU)."""
 
     def __init__(self):
-        self.snapshots: dict[int, dict] = {}  # version -> {name: CPU tensor}
+        self.snapshots: dict[int, dict] = {}  # version -> {name: tensor}
 
     def publish(self, version: int, model) -> None:
-        """Keep a CPU copy of the model's weights as ``version`` (once per version)."""
+        """Keep a copy of the model's weights as ``version`` (once per version)."""
         if version not in self.snapshots:
-            self.snapshots[version] = {k: t.detach().to("cpu", copy=True)
+            self.snapshots[version] = {k: t.detach().clone()
                                        for k, t in model.state_dict().items()}
 
     def update(self, version: int) -> WeightUpdate:

@@ -17,6 +17,8 @@ BUFFER_STREAM = 3
 DELAY_STREAM = 4
 # Long-range panel probes (panel.py): their rollouts and reference gradients.
 PANEL_STREAM = 5
+# The probes' gradient sketch (sketch.py), one projection per run: (run.seed, SKETCH_STREAM).
+SKETCH_STREAM = 6
 
 
 def derived_seed(*parts: int) -> int:

@@ -383,19 +383,17 @@ class TrainerRank(PolicyTrainer):
                                              timeout=timedelta(seconds=STALL_SECONDS))
 
     def reduce_gradients(self) -> None:
-        """Average the gradient over the T ranks: one all-reduce of the flat gradient, so
-        every rank applies the same update (what DDP computes)."""
+        """Average the gradient over the T ranks in place, bucket by bucket
+        (``grad_reduce.all_reduce_mean``), so every rank applies the same update (what DDP
+        computes)."""
+        from .grad_reduce import all_reduce_mean
         if self.world == 1:
             return
         params = [p for p in self.model.parameters() if p.requires_grad]
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                          for p in params])
-        torch.distributed.all_reduce(flat)
-        flat /= self.world
-        offset = 0
         for p in params:
-            p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
+            if p.grad is None:  # every rank reduces the same tensors
+                p.grad = torch.zeros_like(p)
+        all_reduce_mean([p.grad for p in params], self.world)
 
     def step(self, step: int, publish: bool, in_use: tuple = ()):
         """Draw this rank's B/T rollouts for ``step`` from the buffer actor and update;
