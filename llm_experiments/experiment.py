@@ -187,7 +187,7 @@ class Experiment(PolicyTrainer):
         """Trainer step t = ``self.step`` without evaluation or logging: produce, insert,
         probe, draw and update (steps 2-4 of the loop). Returns (loss statistics, the
         rollouts made, the batch trained on)."""
-        t, sc = self.step, self.cfg.schedule
+        t = self.step
         if self.production.publishes(t):
             self.weights.publish(t, self.model)
         if self.prober:
