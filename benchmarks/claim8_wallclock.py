@@ -113,8 +113,8 @@ def first_hit(records: list[dict], target: float) -> Hit | None:
 def run_arm(arm: str, seed: int, args, out: str) -> RunResult:
     """Train one arm with one seed into ``out``."""
     from llm_experiments.config import load_config
-    from llm_experiments.experiment import run_experiment
-    from llm_experiments.metrics import read_jsonl
+    from llm_experiments.engines.experiment import run_experiment
+    from llm_experiments.engines.metrics import read_jsonl
     load_before = os.getloadavg()[0]
     cfg = load_config("cpu_tiny", arm_overrides(arm, args) + [f"run.seed={seed}"])
     s = run_experiment(cfg, out)

@@ -35,7 +35,7 @@ def random_policy(size: str, max_len: int = 128):
     """(model, tokenizer): a randomly initialised model of shape ``SIZES[size]`` (eval mode)
     with the addition char tokenizer. Speed does not depend on the weights."""
     from llm_experiments.config import Config
-    from llm_experiments.models import char_tokenizer, tiny_model
+    from llm_experiments.policy.models import char_tokenizer, tiny_model
     from llm_experiments.tasks.arithmetic import AdditionTask
     cfg = Config()
     for key, val in SIZES[size].items():

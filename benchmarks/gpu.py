@@ -53,7 +53,7 @@ def _timed(fn, device) -> float:
 def build(shape: dict, device, dtype: str, max_len: int):
     """(model, tokenizer, config) of a random-init model of ``shape`` in ``dtype``."""
     from llm_experiments.config import load_config
-    from llm_experiments.models import DTYPES, char_tokenizer, tiny_model
+    from llm_experiments.policy.models import DTYPES, char_tokenizer, tiny_model
     from llm_experiments.tasks.arithmetic import AdditionTask
     cfg = load_config("cpu_tiny", [f"model.{k}={v}" for k, v in shape.items()]
                       + [f"model.max_len={max_len}", f"model.dtype={dtype}",
@@ -83,12 +83,12 @@ def update_row(name, model, tok, cfg, batch, new, device) -> dict:
     update of ``batch`` rollouts of ``new`` completion tokens."""
     import torch
 
-    from llm_experiments.buffer import Rollout
-    from llm_experiments.trainer import PolicyTrainer
-    from llm_experiments.losses import collate
-    from llm_experiments.memory import predict_update_memory
-    from llm_experiments.models import trainer_dtype
-    from llm_experiments.schedule import ComputeClock
+    from llm_experiments.rl.buffer import Rollout
+    from llm_experiments.rl.trainer import PolicyTrainer
+    from llm_experiments.rl.losses import collate
+    from llm_experiments.rl.memory import predict_update_memory
+    from llm_experiments.policy.models import trainer_dtype
+    from llm_experiments.rl.schedule import ComputeClock
     rng = np.random.default_rng(0)
     rollouts = [Rollout(item_id=i, group_id=i // 16, problem_id=i // 16, version=0,
                         prompt=rng.integers(3, len(tok), 6).astype(np.int32),
@@ -120,7 +120,7 @@ def update_row(name, model, tok, cfg, batch, new, device) -> dict:
 def tiny_run(device: str, steps: int, out_dir: str) -> dict:
     """A ``cpu_tiny`` run of ``steps`` steps on ``device`` (its summary's key numbers)."""
     from llm_experiments.config import load_config
-    from llm_experiments.experiment import run_experiment
+    from llm_experiments.engines.experiment import run_experiment
     over = [f"run.device={device}", f"run.steps={steps}", "run.progress=false"]
     if device != "cuda":  # dry run: a small shape, so its warm start takes seconds
         over += [f"model.{k}={v}" for k, v in DRY["tiny"].items()] + [

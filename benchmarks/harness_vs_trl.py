@@ -72,8 +72,8 @@ def quarters(rewards) -> tuple[float, float]:
 
 def run_ours(mode: str, args, seed: int, extra=()) -> dict:
     """One harness run; throughput read from its own per-step metrics log."""
-    from llm_experiments.experiment import run_experiment
-    from llm_experiments.metrics import read_jsonl
+    from llm_experiments.engines.experiment import run_experiment
+    from llm_experiments.engines.metrics import read_jsonl
     cfg = harness_config(mode, args.steps, args.lr, args.threads, seed, args.cache, extra)
     with tempfile.TemporaryDirectory() as out:
         summary = run_experiment(cfg, os.path.join(out, "run"))
@@ -95,8 +95,8 @@ def run_trl(args, seed: int) -> dict:
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from llm_experiments.metrics import evaluate
-    from llm_experiments.models import encode_prompt, load_policy
+    from llm_experiments.engines.metrics import evaluate
+    from llm_experiments.policy.models import encode_prompt, load_policy
     from llm_experiments.samplers.hf import HFSampler
     from llm_experiments.tasks import make_task
 

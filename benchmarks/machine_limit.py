@@ -4,7 +4,7 @@ Run: ``python -m benchmarks.machine_limit [--threads 1] [--steps 20]``. Prints a
 writes ``benchmarks/results/machine_limit.json``.
 
 * Limit: square float32 products (n = 2048) on ``--threads`` threads, with torch's default
-  kernel (``torch.mm``, MKL ``sgemm``) and with oneDNN (the kernel ``llm_experiments.kernels``
+  kernel (``torch.mm``, MKL ``sgemm``) and with oneDNN (the kernel ``llm_experiments.policy.kernels``
   routes linear layers to). The machine limit is the faster of the two.
 * Harness: the cpu_tiny on-policy setting (B = 64 rollouts of G = 8, up to 6 new tokens,
   2-digit addition) for the warm-started cpu_tiny model and a ~3.2M-parameter model of the
@@ -39,7 +39,7 @@ def matmul_flops(threads: int) -> dict:
     """Float32 FLOP/s of an N x N x N product: torch default kernel and oneDNN."""
     import torch
 
-    from llm_experiments.kernels import onednn_available
+    from llm_experiments.policy.kernels import onednn_available
     set_threads(threads)
     a, b = torch.randn(N, N), torch.randn(N, N)
     out = {"torch_mm": 2 * N ** 3 / best_of(lambda: torch.mm(a, b), 5)}
@@ -54,7 +54,7 @@ def harness_flops(size: str, steps: int, threads: int, cache: str, extra=()) -> 
     """Generation and training FLOP/s of the harness (see the module docstring); ``extra``:
     config overrides."""
     from llm_experiments.config import load_config
-    from llm_experiments.experiment import Experiment
+    from llm_experiments.engines.experiment import Experiment
     shape = [f"model.{k}={v}" for k, v in SIZES[size].items()]
     if size != "tiny":
         shape.append("model.warm_start_steps=0")
@@ -87,7 +87,7 @@ def bare_model_flops(size: str, threads: int, onednn: bool) -> float:
     import torch
 
     from benchmarks.common import random_policy
-    from llm_experiments.kernels import use_onednn_linear
+    from llm_experiments.policy.kernels import use_onednn_linear
     set_threads(threads)
     model, _ = random_policy(size)
     model.train()

@@ -35,7 +35,7 @@ INDEX_SCALARS = 4  # insert_step, uses, last_use, positive (generation step = ve
 
 def synthetic_rollouts(n: int, start: int, rng: np.random.Generator):
     """``n`` cpu_tiny-like rollouts with ids from ``start`` (fresh arrays, as produced)."""
-    from llm_experiments.buffer import Rollout
+    from llm_experiments.rl.buffer import Rollout
     out = []
     for i in range(start, start + n):
         length = int(rng.integers(2, 7))
@@ -58,7 +58,7 @@ def buffer_bytes(capacity: int, seed: int = 0) -> dict:
 
     Rollouts are made after tracing starts (so their arrays count) and only the buffer keeps
     them; ``capacity`` must be a multiple of 64 (one batch per insertion)."""
-    from llm_experiments.buffer import RolloutBuffer
+    from llm_experiments.rl.buffer import RolloutBuffer
     rng = np.random.default_rng(seed)
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]

@@ -33,7 +33,7 @@ def child(overrides: list[str]) -> dict:
     """Run cpu_tiny with ``overrides`` in a temporary folder; its probe seconds, peak RSS
     (MiB) and parameter count."""
     from llm_experiments.config import load_config
-    from llm_experiments.experiment import run_experiment
+    from llm_experiments.engines.experiment import run_experiment
     with tempfile.TemporaryDirectory() as out:
         summary = run_experiment(load_config("cpu_tiny", overrides), out)
     return {"probe_seconds": summary["probe_seconds"], "params": summary["parameters"],

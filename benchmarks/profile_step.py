@@ -34,7 +34,7 @@ def main(argv=None) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from llm_experiments.config import load_config
-    from llm_experiments.experiment import Experiment
+    from llm_experiments.engines.experiment import Experiment
     set_threads(args.threads)
     cfg = load_config("cpu_tiny", ["schedule.mode=on_policy", "probe.every=0",
                                    f"run.threads={args.threads}", "run.progress=false",

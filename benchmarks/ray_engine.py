@@ -6,7 +6,7 @@ One Ray run of the cpu_tiny model (schedule.engine=ray, W sampler and T trainer 
 buffer of N = buffer.capacity, no probes, evaluation only at the ends), then:
 
 1. histograms (theory.md section 2): staleness, replay ratio and steps since last use of the
-   Ray run against ``replaytheory.pipeline_sim.simulate_pipeline`` for the same (W, T, N,
+   Ray run against ``replaytheory.sim.pipeline_sim.simulate_pipeline`` for the same (W, T, N,
    chunk, refresh) at two values of mu: ``mu_measured`` (seconds generating B rollouts over
    seconds of one update, compute only) and ``mu_effective`` = B W / (T R), R the rollouts
    the run really made per step (every overhead included: weight transfer, the driver,
@@ -66,8 +66,8 @@ def run(out: str, overrides: list[str], trl: bool = False) -> tuple[dict, list[d
     """A run of cpu_tiny with ``overrides`` into ``out`` (with TRL's ``GRPOTrainer`` if
     ``trl``): (summary, metrics records)."""
     from llm_experiments.config import load_config
-    from llm_experiments.experiment import run_experiment
-    from llm_experiments.metrics import read_jsonl
+    from llm_experiments.engines.experiment import run_experiment
+    from llm_experiments.engines.metrics import read_jsonl
     cfg = load_config("cpu_tiny", overrides)
     if trl:
         from llm_experiments.integrations.trl_run import run_trl
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     p.add_argument("--trainers", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-    from replaytheory.pipeline_sim import simulate_pipeline
+    from replaytheory.sim.pipeline_sim import simulate_pipeline
     common = [f"run.steps={args.steps}", f"eval.every={args.steps}", "eval.pass_k_problems=0",
               "probe.every=0", "run.progress=false", f"run.threads={args.threads}",
               f"run.cache_dir={CACHE}", "schedule.mode=async",

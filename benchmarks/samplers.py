@@ -43,7 +43,7 @@ def ours(model, tok, onednn: bool = True, direct: bool = True):
     -1 never matches, so every sequence runs to the length."""
     import copy
 
-    from llm_experiments.kernels import use_onednn_linear
+    from llm_experiments.policy.kernels import use_onednn_linear
     from llm_experiments.samplers.hf import HFSampler
     model = copy.deepcopy(model)
     if onednn:

@@ -89,7 +89,7 @@ def arm_overrides(arm: str, settings, seed: int) -> list[str]:
 def compute_to(evals: list, mu: float | None, target: float) -> float | None:
     """Compute (updates, steps + mu * generated / B) to first reach ``target``, interpolated
     between evaluations (theory.md sections 3.6, 8.3); None if never reached."""
-    from replaytheory.analysis import compute_to_target
+    from replaytheory.stats.analysis import compute_to_target
     if mu is None:
         return None
     c = compute_to_target([s + mu * n / B for s, n, _ in evals], [a for _, _, a in evals],
@@ -102,7 +102,7 @@ def one_run(settings, arm: str, seed: int, extra_overrides=()) -> ArmRun:
     and measure it."""
     from llm_experiments.config import load_config
     from llm_experiments.integrations.trl_run import run_trl
-    from llm_experiments.metrics import read_jsonl
+    from llm_experiments.engines.metrics import read_jsonl
     cfg = load_config("cpu_tiny", arm_overrides(arm, settings, seed) + list(extra_overrides))
     with tempfile.TemporaryDirectory() as out:
         s = run_trl(cfg, os.path.join(out, "run"), plain=arm == "plain")

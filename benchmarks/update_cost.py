@@ -74,8 +74,9 @@ class PartTimer:
     def timing(self):
         import torch
 
-        from llm_experiments import direct, experiment
-        from llm_experiments.losses import PromptBatch
+        from llm_experiments.policy import direct
+        from llm_experiments.engines import experiment
+        from llm_experiments.rl.losses import PromptBatch
         saved = {name: getattr(experiment, name) for name in
                  ("collate_direct", "batch_logprobs", "policy_loss", "loss_stats")}
         calls = {"n": 0}
@@ -151,7 +152,7 @@ def buffer_costs(rollouts: list, batch: int, draws: int, seed: int) -> list[dict
     """``RolloutBuffer.sample`` of ``batch`` rollouts at y = 1 for each horizon x (capacity
     x * batch, filled with copies of ``rollouts`` under new item and group ids), with the
     distinct groups (prompts) a draw holds; and the on-policy queue (add B, take B)."""
-    from llm_experiments.buffer import RolloutBuffer
+    from llm_experiments.rl.buffer import RolloutBuffer
     rng = np.random.default_rng(seed)
     g = len(rollouts) // len({r.group_id for r in rollouts})
     out = []
@@ -185,7 +186,7 @@ def layout_agreement(exp, groups, seed: int) -> dict:
     shared and the sequence layout (same weights): float32 rounding only."""
     import torch
 
-    from llm_experiments.losses import batch_logprobs, collate_prompts, collate_sequences
+    from llm_experiments.rl.losses import batch_logprobs, collate_prompts, collate_sequences
     rollouts = compose(groups, DISTINCT[-1], np.random.default_rng(seed))
     pad = exp.tokenizer.pad_token_id
     with torch.no_grad():
@@ -199,7 +200,7 @@ def setup(threads: int, cache: str):
     """(experiment, groups): the on-policy cpu_tiny experiment from the committed warm start
     and 64 generated groups of G = 8 rollouts."""
     from llm_experiments.config import load_config
-    from llm_experiments.experiment import Experiment
+    from llm_experiments.engines.experiment import Experiment
     cfg = load_config("cpu_tiny", ["schedule.mode=on_policy", "probe.every=0",
                                    f"run.threads={threads}", "run.progress=false",
                                    f"run.cache_dir={cache}", "trainer.lr=5e-5",
@@ -234,7 +235,7 @@ def main(argv=None) -> dict:
                   "distinct": b["distinct_prompts"] if isinstance(b["distinct_prompts"], int)
                   else b["distinct_prompts"]["median"]} for b in buffers],
                 ["x", "sample_ms", "distinct"])
-    from llm_experiments.losses import SEQUENCE_TOKEN_RATIO, layout_tokens
+    from llm_experiments.rl.losses import SEQUENCE_TOKEN_RATIO, layout_tokens
     tokens = {d: layout_tokens(compose(groups, d, np.random.default_rng(args.seed)))
               for d in DISTINCT}
     result = {"setting": {"model": "cpu_tiny", "warm_start": WARM_START, "batch_size": 64,

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 from figures.style import ON_POLICY_COLOR, PALETTE, plt, save
-from llm_experiments.cells import kind
-from llm_experiments.results import load_runs
+from llm_experiments.study.cells import kind
+from llm_experiments.study.results import load_runs
 
 
 def draw(demo_dir: str | Path) -> list[Path]:

@@ -1,6 +1,6 @@
 """Figure of the corrected diagnosis (theory.md section 8.9) from the committed JSON.
 
-Reads what ``python -m llm_experiments.diagnose`` wrote (default
+Reads what ``python -m llm_experiments.study.diagnose`` wrote (default
 ``results/diagnosis/diagnosis.json``) and draws ``diagnosis``: squared noise by staleness at
 fixed use count and by use count at fixed staleness, the self-correlation of one rollout's
 noise by gap, the kept share of the gradient and the clip fraction by staleness at fixed use

@@ -1,7 +1,7 @@
 """Prediction and measurement together: figures of the paired validation.
 
 Reads the committed compact results (``results/cpu_sweep/``: ``curves.jsonl`` from the sweep,
-``validation.json`` from ``llm_experiments.validation``, ``histograms.jsonl`` and the
+``validation.json`` from ``llm_experiments.study.validation``, ``histograms.jsonl`` and the
 calibration probes) and writes into ``figures/out/``:
 
 * ``paired_accuracy_vs_compute``: median eval accuracy and IQR band over seeds against
@@ -32,12 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from figures.style import ON_POLICY_COLOR, PALETTE, plt, save
-from llm_experiments.cells import (TARGET, cell_scores, compute_score, kind, measured_mu,
-                                    tail_score)
-from llm_experiments.results import load_runs
-from llm_experiments.validation import load_probes
+from llm_experiments.study.cells import (TARGET, cell_scores, compute_score, kind, measured_mu,
+                                         tail_score)
+from llm_experiments.study.results import load_runs
+from llm_experiments.study.validation import load_probes
 from replaytheory import calibrate
-from replaytheory.analysis import curves_on_grid, median_iqr
+from replaytheory.stats.analysis import curves_on_grid, median_iqr
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "cpu_sweep"
 

@@ -1,7 +1,7 @@
 """Figures of the simulation validation: predicted vs measured, and Fig. 2 histograms.
 
 Reads what ``python -m replaytheory validate-sim --out DIR`` saved, through
-``replaytheory.sim_records.load_validation`` (theory.md sections 2 and 5), and draws:
+``replaytheory.sim.sim_records.load_validation`` (theory.md sections 2 and 5), and draws:
 
 * ``sim_validation_<variant>``: measured loss at the compute budget over the (x, y) grid,
   relative to the best cell (log colour), one panel per mu, with the best cell and each
@@ -20,8 +20,8 @@ import argparse
 import numpy as np
 
 from figures import style
-from replaytheory.sim_records import PipelineRun, VariantResult, load_validation
-from replaytheory.validate_sim import DESIGNS
+from replaytheory.sim.sim_records import PipelineRun, VariantResult, load_validation
+from replaytheory.sim.validate_sim import DESIGNS
 
 MARKERS = dict(zip(DESIGNS, [("o", "tab:red"), ("s", "tab:blue"), ("^", "tab:green")]))
 

@@ -14,7 +14,7 @@ unit C = an on-policy update of B rollouts.
   the seed bootstrap (on-policy's in the title), each prediction's cell marked;
 * ``verdicts_<name>.md``: per mu, the best cell with its probability and, per prediction,
   its cell, regret (median and interval) and Spearman (median and interval).
-  Below it, where the judge recorded them (``llm_experiments.best_region``): the best
+  Below it, where the judge recorded them (``llm_experiments.study.best_region``): the best
   horizon with leave-one-seed-out differences to its neighbours, the cells within the noise
   of the best, compute to two targets, and the rule baseline x = 64, y = sqrt(mu);
 * ``verdicts_goal.md`` (``python -m figures.make_all``, every judged setting together): each

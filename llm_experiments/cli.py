@@ -23,15 +23,17 @@ from .config import load_config, read_config
 
 # Commands with their own parser (``python -m llm_experiments NAME --help`` shows it).
 FORWARDED = {
-    "sweep": "run a resumable grid of runs (see sweep.py)",
-    "predict": "calibrate on a setting and write prediction.json (see predict.py)",
-    "verify": "run a prediction's grid and judge it: validation.json (see verify.py)",
-    "judge": "seed-bootstrap verdicts of a registered sweep's curves (see judge.py)",
+    "sweep": "run a resumable grid of runs (see study/sweep.py)",
+    "predict": "calibrate on a setting and write prediction.json (see study/predict.py)",
+    "verify": "run a prediction's grid and judge it: validation.json (see study/verify.py)",
+    "judge": "seed-bootstrap verdicts of a registered sweep's curves (see study/judge.py)",
     "trl": "train a config through TRL with the replay trainer (see integrations/trl_run.py)",
-    "demo": "the main job: calibrate, predict, compare (see demo.py)",
+    "demo": "the main job: calibrate, predict, compare (see study/demo.py)",
 }
-# Forwarded commands whose module is not llm_experiments/NAME.py.
-FORWARDED_MODULES = {"trl": ".integrations.trl_run"}
+# The module of each forwarded command.
+FORWARDED_MODULES = {"sweep": ".study.sweep", "predict": ".study.predict",
+                     "verify": ".study.verify", "judge": ".study.judge",
+                     "trl": ".integrations.trl_run", "demo": ".study.demo"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +65,7 @@ def main(argv=None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in FORWARDED:  # argparse would swallow their options
-        module = FORWARDED_MODULES.get(argv[0], f".{argv[0]}")
+        module = FORWARDED_MODULES[argv[0]]
         return importlib.import_module(module, __package__).main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -74,7 +76,7 @@ def main(argv=None) -> int:
             cfg = read_config(saved)
         else:
             cfg = load_config(args.config or "cpu_tiny", args.overrides)
-        from .experiment import run_experiment
+        from .engines.experiment import run_experiment
         summary = run_experiment(cfg, args.out, resume=args.resume, address=args.address)
     except ValueError as exc:
         return parser.report(exc)

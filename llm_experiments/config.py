@@ -33,7 +33,7 @@ from replaytheory.cli_input import BadInput, file_label, kind_name, read_text
 from .engines import ENGINES
 from .engines.ray_plan import chunk_groups, lifo_min_capacity
 from .samplers import BACKENDS
-from .schedule import MODES, buffer_shards, rollouts_per_step
+from .rl.schedule import MODES, buffer_shards, rollouts_per_step
 from .tasks import TASKS
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
@@ -195,7 +195,7 @@ class RunConfig(_Section):
     cache_dir: str = _text("")
     fast_kernels: bool = _flag(True)
     direct_forward: bool = _flag(True)
-    train_layout: str = _choice("shared_prompts", _Owned("losses", "LAYOUTS"))
+    train_layout: str = _choice("shared_prompts", _Owned("rl.losses", "LAYOUTS"))
 
 
 @dataclass
@@ -258,7 +258,7 @@ class ModelConfig(_Section):
     training problems reaches this value (in [0, 1); 0 = run all ``warm_start_steps``). The
     supervised curve is steep, so a step count alone lands anywhere between 0.1 and 0.8.
     warm_start_path: a folder holding a saved warm start of this shape (``python -m
-        llm_experiments.models --out DIR``), loaded instead of training one; "" = train it
+        llm_experiments.policy.models --out DIR``), loaded instead of training one; "" = train it
         on this machine and cache it. The training is chaotic in floating point, so only a
         saved warm start is the same policy on every machine (``models.cached_warm_start``).
     warm_start_sha256: "" or the digest (``models.weights_sha256``, 64 hex digits) the warm
@@ -274,7 +274,7 @@ class ModelConfig(_Section):
     kv_heads: int = _int(2, 1)
     intermediate_size: int = _int(512, 1)
     max_len: int = _int(32, 1)
-    dtype: str = _choice("float32", _Owned("models", "DTYPES"))
+    dtype: str = _choice("float32", _Owned("policy.models", "DTYPES"))
     attn_implementation: str = _choice("sdpa", ("sdpa", "eager"))  # transformers' names
     warm_start_steps: int = _int(550, 0)
     warm_start_lr: float = _positive(2e-3)
@@ -455,7 +455,7 @@ class TrainerConfig(_Section):
     """
 
     SECTION: ClassVar[str] = "trainer"
-    loss: str = _choice("grpo", _Owned("losses", "LOSSES"))
+    loss: str = _choice("grpo", _Owned("rl.losses", "LOSSES"))
     clip_low: float = _real(0.2, 0.0, 1.0)
     clip_high: float = _real(0.2, 0.0, 1.0)
     is_cap: float = _positive(1.0)
@@ -655,7 +655,7 @@ def check_resolved(cfg: Config) -> None:
         if b.lifo and sc.engine == "ray":
             _check_ray_lifo(cfg)
     s, loss = cfg.sampler, cfg.trainer.loss
-    if s.top_p < 1 and loss in _Owned("losses", "RATIO_LOSSES"):
+    if s.top_p < 1 and loss in _Owned("rl.losses", "RATIO_LOSSES"):
         raise ValueError(f"sampler.top_p ({s.top_p:g}) must be 1 with trainer.loss={loss}: "
                          f"the trainer scores the full softmax, so a fresh sample's importance "
                          f"ratio would be below 1; allowed: sampler.top_p=1, or "
@@ -663,13 +663,13 @@ def check_resolved(cfg: Config) -> None:
     if cfg.probe.panel_groups and cfg.schedule.engine != "emulated":
         raise ValueError(f"probe.panel_groups > 0 (long-range panels) runs on "
                          f"schedule.engine=emulated only, got {cfg.schedule.engine}")
-    if cfg.probe.panel_groups and loss not in _Owned("losses", "RATIO_LOSSES"):
+    if cfg.probe.panel_groups and loss not in _Owned("rl.losses", "RATIO_LOSSES"):
         raise ValueError(f"probe.panel_groups > 0 needs a trainer.loss with an importance "
-                         f"ratio, one of {list(_Owned('losses', 'RATIO_LOSSES'))}; got "
+                         f"ratio, one of {list(_Owned('rl.losses', 'RATIO_LOSSES'))}; got "
                          f"trainer.loss={loss}")
-    if cfg.probe.contribution and loss not in _Owned("losses", "RATIO_LOSSES"):
+    if cfg.probe.contribution and loss not in _Owned("rl.losses", "RATIO_LOSSES"):
         raise ValueError(f"probe.contribution=true needs a trainer.loss with an importance "
-                         f"ratio, one of {list(_Owned('losses', 'RATIO_LOSSES'))}; got "
+                         f"ratio, one of {list(_Owned('rl.losses', 'RATIO_LOSSES'))}; got "
                          f"trainer.loss={loss}")
 
 

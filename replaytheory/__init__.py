@@ -9,22 +9,22 @@ simulators of the asynchronous pipeline (sections 1-2) and of the synchronous re
 measurements. numpy + scipy only.
 """
 
-from .bound import (BoundConditionError, BoundResult, VarianceTerms, convergence_bound,
-                    step_size_limit, variance_terms)
+from .model.bound import (BoundConditionError, BoundResult, VarianceTerms, convergence_bound,
+                          step_size_limit, variance_terms)
 from .calculator import DEFAULT_REUSE, ReplayRecommendation, design_grid, optimal_config
-from .calibrate import (Calibration, calibrate, check_decomposition, fit_bias, fit_coupling,
-                        fit_noise_model)
-from .compute import (compute_ratio, cost_per_update, estimate_mu, expected_replay_ratio,
-                      gamma_table, generation_share, mu_from_costs, paper_gamma_tables)
-from .design import (Design, FiniteLRDesign, finite_lr_design, finite_lr_objective,
-                     k_function, objective, objective_rbn, optimal_design, optimal_horizon,
-                     optimal_replay_ratio, power_law_optimum, profile_objective)
-from .noise import ConstantNoise, NoiseModel, PowerLawNoise, TabulatedNoise, noise_from_dict
-from .pipeline_sim import PipelineResult, simulate_pipeline
-from .replay_sim import ReplayResult, simulate_replay
-from .reuse import ConstantReuse, ExpContribution, TabulatedReuse
-from .sim_quadratic import QuadraticProblem
-from .sim_tabular import TabularProblem
+from .fit.calibrate import (Calibration, calibrate, check_decomposition, fit_bias, fit_coupling,
+                            fit_noise_model)
+from .model.compute import (compute_ratio, cost_per_update, estimate_mu, expected_replay_ratio,
+                            gamma_table, generation_share, mu_from_costs, paper_gamma_tables)
+from .model.design import (Design, FiniteLRDesign, finite_lr_design, finite_lr_objective,
+                           k_function, objective, objective_rbn, optimal_design, optimal_horizon,
+                           optimal_replay_ratio, power_law_optimum, profile_objective)
+from .model.noise import ConstantNoise, NoiseModel, PowerLawNoise, TabulatedNoise, noise_from_dict
+from .sim.pipeline_sim import PipelineResult, simulate_pipeline
+from .sim.replay_sim import ReplayResult, simulate_replay
+from .model.reuse import ConstantReuse, ExpContribution, TabulatedReuse
+from .sim.sim_quadratic import QuadraticProblem
+from .sim.sim_tabular import TabularProblem
 
 __version__ = "0.1.0"
 

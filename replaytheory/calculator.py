@@ -36,14 +36,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import checks
-from .compute import mu_from_costs
-from .design import ON_POLICY, REPLAY, Design, objective, optimal_design
+from .model.compute import mu_from_costs
+from .model.design import ON_POLICY, REPLAY, Design, objective, optimal_design
 from .integer_search import (RowMinima, Rows, async_rows, at_horizon, minimise_rows,
                              nearest_horizon, sync_rows)
-from .noise import NoiseModel, PowerLawNoise, TabulatedNoise
-from .reuse import ConstantReuse, TabulatedReuse, _check_contribution, variant_name
-from .reuse import objective as reuse_objective
-from .reuse import optimal_design as reuse_optimal_design
+from .model.noise import NoiseModel, PowerLawNoise, TabulatedNoise
+from .model.reuse import ConstantReuse, TabulatedReuse, _check_contribution, variant_name
+from .model.reuse import objective as reuse_objective
+from .model.reuse import optimal_design as reuse_optimal_design
 
 # c of section 10.2, fitted from the probes of our three settings: 0.671 [0.614, 0.712]
 # (cpu_tiny), 0.622 [0.556, 0.686] (heldout_digits3), 0.769 [0.719, 0.809] (heldout_wide);

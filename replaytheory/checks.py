@@ -1,5 +1,5 @@
 """Input checks shared by every public entry point (not scientific validation: that is
-``validate_sim`` and ``llm_experiments.validation``).
+``validate_sim`` and ``llm_experiments.study.validation``).
 
 Each check raises ``ValueError`` whose message names the parameter, the allowed range and the
 value received, so that a CLI can print it as a one-line error. A value of the wrong type and

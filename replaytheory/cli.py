@@ -14,9 +14,9 @@ import sys
 from .calculator import (DEFAULT_REUSE, HORIZON_MEASURED, HORIZON_SOURCES, MEASURED_HORIZON,
                          MEASURED_HORIZON_SHARE, optimal_config)
 from .cli_input import BadInput, Parser, integer, output_dir, parse_json, read_text, real
-from .compute import PAPER_GAMMA_TABLES, PAPER_SPLITS, gamma_table
-from .design import optimal_design
-from .noise import EXTRAPOLATIONS, PowerLawNoise, TabulatedNoise
+from .model.compute import PAPER_GAMMA_TABLES, PAPER_SPLITS, gamma_table
+from .model.design import optimal_design
+from .model.noise import EXTRAPOLATIONS, PowerLawNoise, TabulatedNoise
 
 NOISE_TABLE_FORMAT = ('JSON {"staleness": [...], "sigma2": [...]} (optional "counts") or CSV '
                       'with columns staleness,sigma2')
@@ -93,7 +93,7 @@ def _mu(args):
     if args.mu is not None:
         return args.mu
     gen, train = args.costs
-    from .compute import mu_from_costs
+    from .model.compute import mu_from_costs
     return mu_from_costs(gen, train)
 
 
@@ -192,7 +192,7 @@ def _cmd_gamma(args) -> int:
 def _cmd_validate_sim(args) -> int:
     from dataclasses import replace
 
-    from .validate_sim import preset, run_validation
+    from .sim.validate_sim import preset, run_validation
 
     settings = replace(preset(args.preset), seed=args.seed)
     results = run_validation(args.out, settings, log=lambda msg: print(msg, flush=True))

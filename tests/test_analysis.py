@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from replaytheory.analysis import (compute_to_fraction_of_best, compute_to_target,
-                                   curves_on_grid, median_iqr, pareto_frontier, regret,
-                                   spearman, split_half_spearman, tail_mean)
+from replaytheory.stats.analysis import (compute_to_fraction_of_best, compute_to_target,
+                                         curves_on_grid, median_iqr, pareto_frontier, regret,
+                                         spearman, split_half_spearman, tail_mean)
 
 
 def test_compute_to_target_first_hit_and_missing():
@@ -82,7 +82,7 @@ def test_regret():
 
 
 def test_best_option_and_gate_with_learning_rates():
-    from replaytheory.analysis import best_option
+    from replaytheory.stats.analysis import best_option
     s = np.array([[[1, 2, 3], [5, 6, 7]], [[9, 9, 9], [0, 1, np.nan]]], dtype=float)
     best, idx = best_option(s, "max")
     assert best.tolist() == [6.0, 9.0] and idx.tolist() == [1, 0]

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 import replaytheory
 from replaytheory import (PowerLawNoise, ReplayRecommendation, TabulatedNoise, compute_ratio,
                           design_grid, optimal_config, optimal_design)
-from replaytheory import reuse as ru
+from replaytheory.model import reuse as ru
 from replaytheory.calculator import (DEFAULT_REUSE, MEASURED_HORIZON, MEASURED_HORIZON_SHARE,
                                      optimal_config as _optimal_config)
 

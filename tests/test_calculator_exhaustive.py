@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from replaytheory import PowerLawNoise, TabulatedNoise, optimal_config
-from replaytheory import reuse as ru
+from replaytheory.model import reuse as ru
 from replaytheory.calculator import (HORIZON_MODEL_VALIDATED, MEASURED_HORIZON,
                                      MEASURED_HORIZON_SHARE)
 

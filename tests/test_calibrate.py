@@ -9,7 +9,7 @@ import pytest
 from replaytheory import (Calibration, QuadraticProblem, TabulatedNoise, calibrate,
                           check_decomposition, fit_bias, fit_coupling, fit_noise_model,
                           optimal_config, simulate_replay)
-from replaytheory.probes import SCHEMA, ProbeSet
+from replaytheory.fit.probes import SCHEMA, ProbeSet
 
 TRUTH = QuadraticProblem(alpha=0.2, tau=1.5, rho=0.15, kappa=0.5, f0=10.0,
                          reference_samples=32)

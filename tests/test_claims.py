@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_experiments import claims
-from llm_experiments.results import Run, load_runs
+from llm_experiments.study import claims
+from llm_experiments.study.results import Run, load_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny_sweep" / "curves.jsonl"

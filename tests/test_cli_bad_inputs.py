@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from llm_experiments import cli as llm_cli
-from llm_experiments import diagnose, horizon_predict, provenance, results
+from llm_experiments.study import diagnose, horizon_predict, provenance, results
 from replaytheory import cli as theory_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -267,7 +267,7 @@ def test_the_design_help_offers_no_flag_design_rejects(capsys):
       "--registration", "{d}/bad.json"], "--registration"),
     (["-m", "llm_experiments", "run", "--out", "{d}/r", "--config", "{d}/bad.yaml"],
      "bad.yaml"),
-    (["-m", "llm_experiments.results", "--sweep", "{d}/torn_sweep", "--out", "{d}/c.jsonl"],
+    (["-m", "llm_experiments.study.results", "--sweep", "{d}/torn_sweep", "--out", "{d}/c.jsonl"],
      "--sweep"),
     (["-m", "replaytheory", "design", *THEORY, "--alpha", "0.1", "--max-horizon", "10"],
      "--max-horizon"),

@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 from replaytheory import (compute_ratio, cost_per_update, estimate_mu, expected_replay_ratio,
                           gamma_table, generation_share, mu_from_costs, paper_gamma_tables)
-from replaytheory.compute import PAPER_SPLITS
+from replaytheory.model.compute import PAPER_SPLITS
 
 
 def test_api_example():

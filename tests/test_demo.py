@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 import pytest
 
-from llm_experiments import demo
+from llm_experiments.study import demo
 
 EVAL_STEPS = [0, 4, 8]
 

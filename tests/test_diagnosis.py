@@ -1,12 +1,12 @@
-"""The corrected diagnosis (replaytheory.diagnosis) recovers what synthetic probes put in."""
+"""The corrected diagnosis (replaytheory.fit.diagnosis) recovers what synthetic probes put in."""
 
 import json
 
 import numpy as np
 import pytest
 
-from replaytheory import diagnosis as dg
-from replaytheory.probes import UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
+from replaytheory.fit import diagnosis as dg
+from replaytheory.fit.probes import UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
 
 N_PROBES = 30
 

@@ -9,7 +9,7 @@ from figures import style, verdicts
 
 
 def _records(tmp_path, **extra):
-    from llm_experiments.judge import Registration, judge
+    from llm_experiments.study.judge import Registration, judge
     reg = {**extra, "name": "tiny", "loss": "grpo", "steps": 24, "horizons": [1, 4],
            "replay_ratios": [1.0, 2.0], "accounting_mus": [2.0],
            "primary_measure": {"budget_replay_ratio": 2.0}, "secondary_targets": [],

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from replaytheory import horizon as hz
-from replaytheory.noise import TabulatedNoise
-from replaytheory.panel_fit import PanelFit, fit_panels
-from replaytheory.probes import SCHEMA, UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
-from replaytheory.reuse import TabulatedReuse, objective as reuse_objective
+from replaytheory.model import horizon as hz
+from replaytheory.model.noise import TabulatedNoise
+from replaytheory.fit.panel_fit import PanelFit, fit_panels
+from replaytheory.fit.probes import SCHEMA, UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
+from replaytheory.model.reuse import TabulatedReuse, objective as reuse_objective
 
 L = 40
 

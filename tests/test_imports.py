@@ -1,7 +1,9 @@
 """Which module may import which, read from the source (ast; nothing is imported).
 
 ``figures/`` only reads saved results, so nothing depends on it; ``replaytheory/`` is numpy and
-scipy only; the probes see a run through ``probes.RunView``, never the ``Experiment``.
+scipy only; the probes see a run through ``probes.RunView``, never the ``Experiment``; the
+harness never imports the study that uses it (``llm_experiments.study``); no two modules import
+each other, directly or around a circle; no package holds more than ``MAX_MODULES`` modules.
 """
 
 import ast
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+MAX_MODULES = 15  # per package, __init__ and __main__ not counted: a tree a reader can scan
 LIBRARY = sorted(p for pkg in ("replaytheory", "llm_experiments")
                  for p in (REPO / pkg).rglob("*.py"))
 
@@ -69,6 +72,75 @@ def test_replaytheory_needs_neither_torch_nor_the_harness(forbidden):
 
 
 def test_probes_do_not_import_the_experiment():
-    names = file_imports(REPO / "llm_experiments" / "probes.py")
-    assert not imports_any(names, "llm_experiments.experiment")
-    assert "llm_experiments.seeds.derived_seed" in names
+    names = file_imports(REPO / "llm_experiments" / "probing" / "probes.py")
+    assert not imports_any(names, "llm_experiments.engines.experiment")
+    assert "llm_experiments.engines.seeds.derived_seed" in names
+
+
+def test_the_harness_never_imports_the_study():
+    harness = [p for p in (REPO / "llm_experiments").rglob("*.py")
+               if "study" not in p.relative_to(REPO).parts
+               and p.name not in ("cli.py", "__main__.py")]  # the command line sits above both
+    offenders = [str(p.relative_to(REPO)) for p in harness
+                 if imports_any(file_imports(p), "llm_experiments.study")]
+    assert offenders == []
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> library modules it imports at import time (the module's top level; imports
+    inside functions run later and cannot make a circle at import). Package ``__init__``
+    files are left out: a package re-exporting its modules is not a circle between them."""
+    modules = {module_name(p): p for p in LIBRARY if p.name != "__init__.py"}
+    graph = {}
+    for name, path in modules.items():
+        package = name.rsplit(".", 1)[0]
+        top = ast.Module(body=[n for n in ast.parse(path.read_text()).body
+                               if isinstance(n, (ast.Import, ast.ImportFrom))], type_ignores=[])
+        graph[name] = {n for n in imported_modules(ast.unparse(top), package)
+                       if n in modules and n != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph`` (one path each), by depth-first search."""
+    found, state = [], {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                found.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_circles_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle():
+    graph = import_graph()
+    assert "llm_experiments.engines.ray_engine" in graph  # the graph reaches the subpackages
+    assert circles(graph) == []
+
+
+def test_no_package_holds_more_than_max_modules():
+    crowded = {}
+    for pkg in ("replaytheory", "llm_experiments", "figures"):
+        for folder in [REPO / pkg, *[d for d in (REPO / pkg).rglob("*") if d.is_dir()]]:
+            n = len([p for p in folder.glob("*.py")
+                     if p.name not in ("__init__.py", "__main__.py")])
+            if n > MAX_MODULES:
+                crowded[str(folder.relative_to(REPO))] = n
+    assert crowded == {}

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_experiments.cells import TARGET, cell_scores, gate, kind, tail_score
-from llm_experiments.results import Run, compact_run, load_runs
-from llm_experiments.results import main as results_main
-from llm_experiments.validation import VARIANTS, calibrated, load_probes, smoothness, validate
+from llm_experiments.study.cells import TARGET, cell_scores, gate, kind, tail_score
+from llm_experiments.study.results import Run, compact_run, load_runs
+from llm_experiments.study.results import main as results_main
+from llm_experiments.study.validation import (VARIANTS, calibrated, load_probes, smoothness,
+                                              validate)
 
 # The fixture's calibration has no reuse / contribution tables: the reuse-aware variants
 # (theory.md section 10) are left out of its validation.

@@ -152,7 +152,7 @@ def test_bad_input_names_the_parameter(kw, name):
 
 
 # Regression values computed by the code before simulate_pipeline was split into functions
-# (commit 162c60d, `git show 162c60d:replaytheory/pipeline_sim.py`): the refactoring must not
+# (commit 162c60d, `git show 162c60d:replaytheory/sim/pipeline_sim.py`): the refactoring must not
 # change one bit. Checksums weight the i-th use record (1-based) by i, so order matters.
 REGRESSION = [
     (dict(rollouts=4000, lifo=True, gen_jitter=0.3, train_jitter=0.2, seed=4),
@@ -194,7 +194,7 @@ def test_bitwise_equal_to_the_code_before_the_refactoring(kw, scalars, use_sums,
 
 
 def test_config_is_a_keyword_record_with_the_public_names():
-    from replaytheory.pipeline_sim import _Config
+    from replaytheory.sim.pipeline_sim import _Config
     args = dict(workers=3, trainers=2, mu=2.0, batch_size=8, buffer_size=16, rollouts=40,
                 refresh_every=1, sharded=True, lifo=False, sampling="with_replacement",
                 delta=0.0, positive_rate=0.5, chunk=None, min_fill=None, gen_jitter=0.0,

@@ -3,7 +3,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replaytheory.probes import OPTIONAL_TABLES, SCHEMA, ProbeSet
+from replaytheory.fit.probes import OPTIONAL_TABLES, SCHEMA, ProbeSet
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from llm_experiments.provenance import check, main
+from llm_experiments.study.provenance import check, main
 
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from replaytheory import QuadraticProblem, TabularProblem, simulate_replay
 from replaytheory.buffer import ReplayIndex, sync_fifo_slots
-from replaytheory.probe_measure import measure_probe
-from replaytheory.replay_sim import interpolate_curves
-from replaytheory.sim_tabular import LOSSES
+from replaytheory.fit.probe_measure import measure_probe
+from replaytheory.sim.replay_sim import interpolate_curves
+from replaytheory.sim.sim_tabular import LOSSES
 
 SLOW = dict(deadline=None, phases=(Phase.explicit, Phase.generate))
 
@@ -86,7 +86,7 @@ def test_quadratic_rejects_a_coupling_that_is_no_covariance():
 
 
 def test_tabular_losses_carry_the_harness_names():
-    # the simulator and llm_experiments.losses name the same objectives alike (the harness is
+    # the simulator and llm_experiments.rl.losses name the same objectives alike (the harness is
     # not imported here: it needs torch)
     assert LOSSES == ("grpo", "grpo_unclipped", "grpo_truncated", "asymre")
     assert TabularProblem().loss == "grpo"

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from replaytheory import design
-from replaytheory import reuse as ru
-from replaytheory.calibrate import calibrate, choose_variant, fit_contribution, fit_reuse
-from replaytheory.noise import ConstantNoise, PowerLawNoise, TabulatedNoise
-from replaytheory.probes import ProbeSet
+from replaytheory.model import design
+from replaytheory.model import reuse as ru
+from replaytheory.fit.calibrate import calibrate, choose_variant, fit_contribution, fit_reuse
+from replaytheory.model.noise import ConstantNoise, PowerLawNoise, TabulatedNoise
+from replaytheory.fit.probes import ProbeSet
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "theory.md")
 X = np.exp(np.linspace(-3, 9, 61))[:, None]
@@ -232,8 +232,8 @@ def test_choose_variant_names_the_true_one(c, a, want):
 def test_reuse_rows_from_too_few_probe_steps_are_left_out_with_a_note():
     """A short run may probe its buffer rows at two steps only: the calibration stands
     without the reuse fit and says why, instead of failing."""
-    from replaytheory.replay_sim import simulate_replay
-    from replaytheory.sim_tabular import TabularProblem
+    from replaytheory.sim.replay_sim import simulate_replay
+    from replaytheory.sim.sim_tabular import TabularProblem
     res = simulate_replay(TabularProblem(loss="grpo", group_size=8, n_prompts=16),
                           [(128, 32, 16)], steps=120, lrs=[8.0], probe_every=2, seed=1)
     t = res.probes.tables
@@ -247,8 +247,8 @@ def test_reuse_rows_from_too_few_probe_steps_are_left_out_with_a_note():
 
 
 def test_tabular_simulator_writes_reuse_tables_and_calibrate_uses_them():
-    from replaytheory.replay_sim import simulate_replay
-    from replaytheory.sim_tabular import TabularProblem
+    from replaytheory.sim.replay_sim import simulate_replay
+    from replaytheory.sim.sim_tabular import TabularProblem
     res = simulate_replay(TabularProblem(loss="grpo", group_size=8, n_prompts=16),
                           [(128, 32, 16)], steps=120, lrs=[8.0], probe_every=2, seed=1)
     p = res.probes

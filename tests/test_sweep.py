@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llm_experiments.sweep import expand, load_spec, run_id, run_sweep
+from llm_experiments.study.sweep import expand, load_spec, run_id, run_sweep
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_run.py"))]
 
@@ -67,7 +67,7 @@ def test_kill_mid_sweep_then_resume_loses_and_redoes_nothing(tmp_path):
     spec_path = write_spec(tmp_path)
     out = tmp_path / "sweep"
     cmd = [sys.executable, "-c",
-           "import sys; from llm_experiments.sweep import main; sys.exit(main(sys.argv[1:]))",
+           "import sys; from llm_experiments.study.sweep import main; sys.exit(main(sys.argv[1:]))",
            "--spec", str(spec_path), "--out", str(out)]
     env = {**os.environ, "FAKE_SLEEP": "0.2", "FAKE_STEPS": "4"}
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
@@ -108,7 +108,7 @@ def _finish_like_the_harness(run_dir: Path, seed: int) -> None:
 def _compacted_seed0_sweep(tmp_path, name: str) -> Path:
     """Seed 0 of the default spec run into ``tmp_path/name`` and compacted to
     ``tmp_path/name.jsonl`` (2 runs): an earlier machine's committed curves."""
-    from llm_experiments.results import compact_sweep
+    from llm_experiments.study.results import compact_sweep
 
     run_sweep(load_spec(write_spec(tmp_path, grid={"seed": [0]})), str(tmp_path / name),
               env={"FAKE_SLEEP": "0"}, progress=False)
@@ -120,7 +120,7 @@ def _compacted_seed0_sweep(tmp_path, name: str) -> Path:
 
 
 def test_sweep_continues_from_compacted_curves_on_another_machine(tmp_path):
-    from llm_experiments.results import compact_sweep, load_runs
+    from llm_experiments.study.results import compact_sweep, load_runs
 
     curves = _compacted_seed0_sweep(tmp_path, "old_machine")
 
@@ -167,7 +167,7 @@ def test_a_machine_with_another_warm_start_stops_instead_of_joining_the_grid(tmp
 def test_a_grid_reuses_the_identical_runs_of_another_sweep(tmp_path):
     """A new grid sharing some runs (same overrides, hence same ids) with an earlier sweep
     skips them (--done-in) and, compacted with ``grid_only``, takes those and no others."""
-    from llm_experiments.results import compact_sweep, load_runs
+    from llm_experiments.study.results import compact_sweep, load_runs
 
     old_curves = _compacted_seed0_sweep(tmp_path, "earlier")  # horizons 1 and 4
 
@@ -188,7 +188,7 @@ def test_a_grid_reuses_the_identical_runs_of_another_sweep(tmp_path):
 def test_compacted_curves_gzip_reproducibly_and_every_reader_takes_them(tmp_path):
     """A ``.gz`` --out is compressed, the same text gives the same bytes (its committed sha256
     names its content), and done_in, --keep and load_runs read it like the plain file."""
-    from llm_experiments.results import compact_sweep, load_runs
+    from llm_experiments.study.results import compact_sweep, load_runs
 
     plain = _compacted_seed0_sweep(tmp_path, "earlier")
     packed = tmp_path / "curves.jsonl.gz"

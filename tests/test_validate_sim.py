@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from replaytheory.cli import main
-from replaytheory.sim_records import (PipelineRun, ScoreRecord, VariantResult,
-                                      load_validation)
-from replaytheory.validate_sim import DESIGNS, pipeline_histograms, preset
+from replaytheory.sim.sim_records import PipelineRun, ScoreRecord, VariantResult, load_validation
+from replaytheory.sim.validate_sim import DESIGNS, pipeline_histograms, preset
 
 COMMITTED = Path(__file__).resolve().parent.parent / "results" / "sim_validation"
 

@@ -1,4 +1,4 @@
-"""Seed-bootstrap verdicts (replaytheory.verdicts) and the target-free budget mean."""
+"""Seed-bootstrap verdicts (replaytheory.stats.verdicts) and the target-free budget mean."""
 
 import hashlib
 import json
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replaytheory.analysis import mean_over_budget
-from replaytheory.verdicts import (bootstrap_verdict, gate_distribution, interval,
-                                   regret_gain, regret_ratio, scores_per_draw, seed_draws)
+from replaytheory.stats.analysis import mean_over_budget
+from replaytheory.stats.verdicts import (bootstrap_verdict, gate_distribution, interval,
+                                         regret_gain, regret_ratio, scores_per_draw, seed_draws)
 
 
 @settings(max_examples=40, deadline=None)
@@ -90,7 +90,7 @@ def test_judge_on_the_tiny_sweep(tmp_path):
     """The judge's records on a committed fixture: probabilities sum to one, the point
     estimate's best cell has the best median, and a prediction at that cell has zero
     regret in the observed draw."""
-    from llm_experiments.judge import Registration, judge
+    from llm_experiments.study.judge import Registration, judge
     reg = {"name": "tiny", "loss": "grpo", "steps": 24, "horizons": [1, 4],
            "replay_ratios": [1.0, 2.0], "accounting_mus": [2.0],
            "primary_measure": {"budget_replay_ratio": 2.0}, "secondary_targets": [0.3],
@@ -123,8 +123,8 @@ def test_judge_on_the_tiny_sweep(tmp_path):
 
 def test_interim_judge_keeps_only_seeds_that_finished_every_run(tmp_path):
     """A seed-major sweep cut short: the seed missing one run is left out whole."""
-    from llm_experiments.judge import complete_seeds
-    from llm_experiments.results import load_runs
+    from llm_experiments.study.judge import complete_seeds
+    from llm_experiments.study.results import load_runs
     runs = load_runs("tests/fixtures/tiny_sweep/curves.jsonl")
     seeds = sorted({r.seed for r in runs})
     assert len(seeds) >= 2
@@ -139,7 +139,7 @@ def test_interim_judge_keeps_only_seeds_that_finished_every_run(tmp_path):
 def test_judge_refuses_a_single_seed_by_name(tmp_path):
     """One seed leaves nothing to resample: the judge says so instead of failing deep in
     the split-half gate."""
-    from llm_experiments.judge import judge
+    from llm_experiments.study.judge import judge
     rows = [json.loads(line) for line in open("tests/fixtures/tiny_sweep/curves.jsonl")]
     one = [r for r in rows if r["settings"]["run.seed"] == rows[0]["settings"]["run.seed"]]
     curves = tmp_path / "curves.jsonl"
@@ -150,7 +150,7 @@ def test_judge_refuses_a_single_seed_by_name(tmp_path):
 
 def _bare_registration(tmp_path, draws: int):
     """A registration of the fixture's grid with no prediction to judge."""
-    from llm_experiments.judge import Registration
+    from llm_experiments.study.judge import Registration
     reg = tmp_path / "reg.json"
     reg.write_text(json.dumps({"name": "tiny", "loss": "grpo", "steps": 24, "horizons": [1, 4],
                                "replay_ratios": [1.0, 2.0], "accounting_mus": [2.0],
@@ -164,7 +164,7 @@ def _bare_registration(tmp_path, draws: int):
 def test_a_grid_split_over_two_curves_files_is_judged_as_one_and_overlap_is_refused(tmp_path):
     """A registered extension (its own curves.jsonl) joins the main grid's runs; a run in
     both files is named instead of silently overwriting the other."""
-    from llm_experiments.judge import judge, load_grid_runs
+    from llm_experiments.study.judge import judge, load_grid_runs
     rows = [json.loads(line) for line in open("tests/fixtures/tiny_sweep/curves.jsonl")]
     horizon = [r for r in rows if r["settings"].get("buffer.horizon") == 4]
     assert horizon and len(horizon) < len(rows)
@@ -186,7 +186,7 @@ def test_a_grid_split_over_two_curves_files_is_judged_as_one_and_overlap_is_refu
 
 def test_a_grid_from_two_initial_policies_is_refused(tmp_path):
     """Runs continued on a machine that trained another warm start are not more seeds."""
-    from llm_experiments.judge import load_grid_runs
+    from llm_experiments.study.judge import load_grid_runs
     rows = [json.loads(line) for line in open("tests/fixtures/tiny_sweep/curves.jsonl")]
     grpo = [r for r in rows if r["settings"]["trainer.loss"] == "grpo"]
     grpo[-1]["summary"]["warm_start_accuracy"] = 0.26
@@ -199,7 +199,7 @@ def test_a_grid_from_two_initial_policies_is_refused(tmp_path):
 def test_a_prediction_midway_between_cells_reports_the_tied_cell(tmp_path):
     """x* = 2 lies midway between horizons 1 and 4 in log x: the verdict names one cell (the
     registered nearest-cell rule) and reports the other's regret beside it."""
-    from llm_experiments.judge import Registration, judge
+    from llm_experiments.study.judge import Registration, judge
     reg = {"name": "t", "loss": "grpo", "steps": 4, "horizons": [1, 4], "replay_ratios": [1, 2],
            "accounting_mus": [2.0], "primary_measure": {"budget_replay_ratio": 2},
            "secondary_targets": [], "bootstrap": {"draws": 50, "interval": 0.9, "rng_seed": 0},
@@ -222,7 +222,7 @@ def test_a_prediction_midway_between_cells_reports_the_tied_cell(tmp_path):
 def _registration(tmp_path, predictions: dict, draws: int = 50, **extra):
     """A registration of the fixture's grid (horizons 1, 4; y 1, 2; mu 2) judging
     ``predictions`` ({variant: {mu key: [x*, y*]}})."""
-    from llm_experiments.judge import Registration
+    from llm_experiments.study.judge import Registration
     reg = {"name": "t", "loss": "grpo", "steps": 24, "horizons": [1, 4], "replay_ratios": [1, 2],
            "accounting_mus": [2.0], "primary_measure": {"budget_replay_ratio": 2},
            "secondary_targets": [], "bootstrap": {"draws": draws, "interval": 0.9,
@@ -240,7 +240,7 @@ def test_a_tie_is_judged_at_the_worse_cell_whichever_side_rounding_takes(tmp_pat
     """x* = 2 (1 +- 1e-15) lies midway between horizons 1 and 4 in log x up to rounding: the
     floating-point nearest cell flips with the last digit, the verdict must not. It takes the
     worse of the two (larger median regret) and names both."""
-    from llm_experiments.judge import judge
+    from llm_experiments.study.judge import judge
     up, down = 2.0 * (1 + 1e-15), 2.0 * (1 - 1e-15)
     reg = _registration(tmp_path, {"asymptotic": {"2.0": [up, 2.0]},
                                    "finite_eta": {"2.0": [down, 2.0]}})
@@ -260,7 +260,7 @@ def test_an_infinite_horizon_is_the_grids_largest_and_flagged(tmp_path):
     raised a math-domain error on inf."""
     import math
 
-    from llm_experiments.judge import SweepGrid, judge, load_grid_runs
+    from llm_experiments.study.judge import SweepGrid, judge, load_grid_runs
     reg = _registration(tmp_path, {"self_correlated": {"2.0": [math.inf, 1.0]},
                                    "asymptotic": {"2.0": [1e6, 1.0]},
                                    "finite_eta": {"2.0": [4.0, 1.0]}})
@@ -279,7 +279,7 @@ def test_an_infinite_horizon_is_the_grids_largest_and_flagged(tmp_path):
 @pytest.mark.parametrize("x, y, name", [(float("nan"), 1.0, "x_star"), (-1.0, 1.0, "x_star"),
                                         (4.0, -1.0, "y_star")])
 def test_a_prediction_off_every_axis_is_refused_by_name(x, y, name):
-    from llm_experiments.judge import SweepGrid, load_grid_runs
+    from llm_experiments.study.judge import SweepGrid, load_grid_runs
     grid = SweepGrid.of(load_grid_runs(FIXTURE, "grpo"))
     with pytest.raises(ValueError, match=name):
         grid.equally_near(x, y)
@@ -288,7 +288,7 @@ def test_a_prediction_off_every_axis_is_refused_by_name(x, y, name):
 def test_a_horizon_under_one_step_is_on_policy():
     """x* = 0 (section 5.4's on-policy regime; the horizon model's on-policy readout) and
     x* = 0.5 are judged at the on-policy cell, whatever y."""
-    from llm_experiments.judge import SweepGrid, load_grid_runs
+    from llm_experiments.study.judge import SweepGrid, load_grid_runs
     grid = SweepGrid.of(load_grid_runs(FIXTURE, "grpo"))
     for x, y in ((0.0, 1.0), (0.5, 3.0), (0.0, 0.0)):
         assert grid.equally_near(x, y) == [grid.on_policy]
@@ -298,7 +298,7 @@ def test_the_sceptics_fields_on_the_tiny_sweep(tmp_path):
     """Baselines in the same draws (on-policy, the rule x = 64, y = sqrt(mu) with its tie at
     mu = 2, section 5's model), the best horizon with its neighbour, the cells within noise and
     compute to two targets beside AUC."""
-    from llm_experiments.judge import RULE, judge
+    from llm_experiments.study.judge import RULE, judge
     reg = _registration(tmp_path, {"asymptotic": {"2.0": [4.0, 2.0]}},
                         primary_variant="asymptotic")
     for r in judge(FIXTURE, reg, None):
@@ -345,7 +345,7 @@ def test_compute_to_two_targets_beside_auc(tmp_path):
     """Default targets: the warm start plus 50% and 90% of the best cell's peak gain; each
     cell's compute as a multiple of the fastest cell's in the same draws (>= 1); registered
     targets replace them."""
-    from llm_experiments.judge import RULE, judge
+    from llm_experiments.study.judge import RULE, judge
     curves = _rising_sweep(tmp_path)
     for r in (r for r in judge(curves, _registration(tmp_path, {}), None)
               if r["measure"] == "auc"):
@@ -363,7 +363,7 @@ def test_compute_to_two_targets_beside_auc(tmp_path):
 
 
 def test_leave_one_seed_out_chooses_the_option_on_the_other_seeds():
-    from replaytheory.verdicts import leave_one_seed_out
+    from replaytheory.stats.verdicts import leave_one_seed_out
     # one cell, two learning rates, three seeds; lr 1 wins in sample (median 5 > 1), but
     # without seed 2 lr 0 wins (1 > 0)
     table = np.array([[[1.0, 1.0, 0.0], [0.0, 5.0, 5.0]]])
@@ -379,7 +379,7 @@ def test_leave_one_seed_out_chooses_the_option_on_the_other_seeds():
 def test_paired_difference_is_a_student_t_interval_of_the_mean():
     from scipy import stats as st
 
-    from replaytheory.verdicts import paired_difference
+    from replaytheory.stats.verdicts import paired_difference
     a = np.array([0.5, 0.6, 0.55, np.nan, 0.7])
     b = np.array([0.4, 0.62, 0.5, 0.3, 0.6])
     d = (a - b)[:3].tolist() + [0.1]
@@ -399,7 +399,7 @@ def test_cells_within_noise_of_the_best():
     that loses in every draw is not."""
     from types import SimpleNamespace
 
-    from llm_experiments.best_region import within_noise
+    from llm_experiments.study.best_region import within_noise
     rng = np.random.default_rng(0)
     best = 1.0 + rng.normal(0, 0.05, 10)
     table = np.stack([best, best + rng.normal(0, 0.01, 10), best - 0.5])[:, None, :]
@@ -412,13 +412,13 @@ def test_cells_within_noise_of_the_best():
 
 
 def test_the_target_validation_judges_a_tie_at_the_cell_needing_more_compute():
-    """llm_experiments.validation (compute to a target, lower is better): x* = 2 between
+    """llm_experiments.study.validation (compute to a target, lower is better): x* = 2 between
     horizons 1 and 4 is judged at the slower cell whichever side rounding takes; x* = inf at
     the largest horizon."""
     import math
     from types import SimpleNamespace
 
-    from llm_experiments.validation import _nearest
+    from llm_experiments.study.validation import _nearest
     cells = [SimpleNamespace(horizon=h, replay_ratio=2.0, median=m, label=f"x={h}")
              for h, m in ((1.0, 300.0), (4.0, 200.0), (16.0, 100.0))]
     for x in (2.0 * (1 + 1e-15), 2.0 * (1 - 1e-15)):
@@ -433,7 +433,7 @@ def test_the_wall_clock_record_beside_unchanged_compute_records(tmp_path):
     """--seconds adds one record: AUC over each run's measured seconds up to the cheapest
     cell's median run, and each cell's update cost and mu in the unit of an on-policy
     update; the compute-unit records stay as they were."""
-    from llm_experiments.judge import SweepGrid, judge, load_grid_runs
+    from llm_experiments.study.judge import SweepGrid, judge, load_grid_runs
     reg = _registration(tmp_path, {"asymptotic": {"2.0": [4, 2], "0.5": [4, 2]}})
     plain = judge(FIXTURE, reg, None)
     timed = judge(FIXTURE, reg, None, wall_clock=True)
@@ -491,7 +491,7 @@ def test_a_bad_registration_field_is_named_with_the_flag_the_file_and_its_range(
     flag, the file and the field with its allowed range (the old loader took steps "abc" as
     a bare int() error and an interval of 1.5 without complaint)."""
     from replaytheory.cli_input import BadInput
-    from llm_experiments.judge import Registration
+    from llm_experiments.study.judge import Registration
     reg = {"name": "t", "loss": "grpo", "steps": 24, "horizons": [1, 4], "replay_ratios": [1, 2],
            "accounting_mus": [2.0], "primary_measure": {"budget_replay_ratio": 2},
            "secondary_targets": [], "bootstrap": {"draws": 50, "interval": 0.9, "rng_seed": 0},
@@ -509,7 +509,7 @@ def test_a_bad_registration_field_is_named_with_the_flag_the_file_and_its_range(
 def test_a_registration_is_read_by_field_as_the_judge_uses_it(tmp_path):
     """Accounting mus keep their keys, any other mu is "measured", a variant without an
     optimum there is left out, absent optional fields take their defaults."""
-    from llm_experiments.judge import Registration
+    from llm_experiments.study.judge import Registration
     reg = {"name": "t", "loss": "grpo", "steps": 24, "horizons": [1, 4], "replay_ratios": [1, 2],
            "accounting_mus": [2.0, 6.84], "primary_measure": {"budget_replay_ratio": 2},
            "bootstrap": {"draws": 50, "interval": 0.9, "rng_seed": 3},

@@ -28,10 +28,10 @@ from tqdm import tqdm
 
 from replaytheory.io import write_json
 
-from .. import checkpoint
+from . import checkpoint
 from ..config import Config
-from ..metrics import REQUIRED_KEYS, MetricsLog, read_jsonl, summarize
-from ..schedule import ComputeClock
+from .metrics import REQUIRED_KEYS, MetricsLog, read_jsonl, summarize
+from ..rl.schedule import ComputeClock
 
 # Counters that also go into the summary (``RunBooks.summary``).
 SUMMARY_COUNTERS = ("mu_measured", "mu_flops", "mu_accounting", "compute_units", "wall_time",

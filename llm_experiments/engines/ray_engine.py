@@ -69,18 +69,18 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutErro
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from .. import checkpoint
-from ..buffer import HeldRollouts, RolloutBuffer
+from . import checkpoint
+from ..rl.buffer import HeldRollouts, RolloutBuffer
 from ..config import Config
-from ..direct import supports
-from ..trainer import PolicyTrainer, grade_rollouts
-from ..kernels import use_onednn_linear
-from ..metrics import evaluate
-from ..models import encode_prompt, load_policy, param_count, weights_sha256
-from ..probes import Prober, RunCounts, RunView
+from ..policy.direct import supports
+from ..rl.trainer import PolicyTrainer, grade_rollouts
+from ..policy.kernels import use_onednn_linear
+from .metrics import evaluate
+from ..policy.models import encode_prompt, load_policy, param_count, weights_sha256
+from ..probing.probes import Prober, RunCounts, RunView
 from ..samplers import WeightUpdate, make_sampler
-from ..schedule import ComputeClock, WeightStore
-from ..seeds import BUFFER_STREAM, DELAY_STREAM, EVAL_STREAM, derived_seed
+from ..rl.schedule import ComputeClock, WeightStore
+from .seeds import BUFFER_STREAM, DELAY_STREAM, EVAL_STREAM, derived_seed
 from ..tasks import make_task
 from .loop import RunBooks, StepResult, run_loop
 from .ray_plan import RESOLUTION, chunk_groups, shares
@@ -354,7 +354,7 @@ class TrainerRank(PolicyTrainer):
         self.snapshots.keep_only(self.prober.versions_needed(step + 1) | set(in_use))
 
     def probes(self, counts: RunCounts, rollouts_per_step: float):
-        """The probe tables so far (a ``replaytheory.probes.ProbeSet``) with the driver's
+        """The probe tables so far (a ``replaytheory.fit.probes.ProbeSet``) with the driver's
         ``counts`` and the run's measured rate R (rollouts made per trainer step, > 0)."""
         self._counts, self._rate = counts, float(rollouts_per_step)
         return self.prober.probe_set()

@@ -8,7 +8,7 @@ aligned, scores a reused sample against its own current log-probs, so its import
 * ``ReplayGRPOTrainer``: a ``GRPOTrainer`` whose every optimizer step generates R rollouts
   (the GRPOConfig's ``per_device_train_batch_size``, R / G prompts x ``num_generations`` G),
   stores them with their behaviour log-probs in our FIFO replay buffer
-  (``llm_experiments.buffer.RolloutBuffer`` over ``replaytheory.buffer.ReplayIndex``: capacity
+  (``llm_experiments.rl.buffer.RolloutBuffer`` over ``replaytheory.buffer.ReplayIndex``: capacity
   N, every sampling mode, delta), and trains on B rollouts drawn from it. A replayed
   sample's ratio pi_theta / pi_behaviour is then real and the clip acts on it. Production and
   draws follow the harness exactly (``schedule.Production`` and the harness buffer, same
@@ -19,7 +19,7 @@ aligned, scores a reused sample against its own current log-probs, so its import
   the trainer's and GRPOConfig's arguments (``TRLReplayConfig``).
 * ``CalibrationCallback``: measures mu (production seconds of B rollouts over the seconds of
   one update, section 3) and optionally probes the gradient noise (``probes.Prober``), writing
-  ``probes.npz`` in the ``replaytheory.probes`` layout for ``replaytheory.calibrate``.
+  ``probes.npz`` in the ``replaytheory.fit.probes`` layout for ``replaytheory.fit.calibrate``.
 
 Supported: TRL ``SUPPORTED_TRL``, one process, text prompts, no vLLM, beta = 0 (no reference
 model), ``mask_truncated_completions=False``, no tools or environments, and sampling from the
@@ -52,14 +52,14 @@ from trl import GRPOTrainer
 from replaytheory import checks
 from replaytheory.buffer import SAMPLING_MODES
 
-from ..buffer import Rollout, RolloutBuffer
+from ..rl.buffer import Rollout, RolloutBuffer
 from ..config import from_dict
 from ..engines.loop import RunBooks, fill_and_draw
-from ..gradients import flat_grad
-from ..models import param_count
-from ..probes import Prober, RunCounts, RunView
+from ..rl.gradients import flat_grad
+from ..policy.models import param_count
+from ..probing.probes import Prober, RunCounts, RunView
 from ..samplers import WeightUpdate
-from ..schedule import ComputeClock, Production, WeightStore
+from ..rl.schedule import ComputeClock, Production, WeightStore
 
 SUPPORTED_TRL = ">=1.16,<1.17"
 # GRPOTrainer methods this module overrides or calls, with the parameters it relies on.
@@ -528,7 +528,7 @@ class CalibrationCallback(TrainerCallback):
     least one step old, fresh ones come from the probe's own groups) it runs
     ``probes.Prober`` at the current weights, keeps weight snapshots for the buffer's
     versions, records the step's minibatch gradient, and writes ``probes.npz`` to ``out_dir``
-    at the end (``replaytheory.probes`` layout, with the run counts and mu).
+    at the end (``replaytheory.fit.probes`` layout, with the run counts and mu).
     """
 
     def __init__(self, trainer: ReplayGRPOTrainer, probes: ProbeSource | None = None,

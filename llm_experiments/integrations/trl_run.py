@@ -37,11 +37,11 @@ from replaytheory.io import write_json
 
 from ..config import Config, load_config, save_config
 from ..engines.loop import RunBooks
-from ..metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
-from ..models import encode_prompt, load_policy, param_count
+from ..engines.metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
+from ..policy.models import encode_prompt, load_policy, param_count
 from ..samplers import WeightUpdate
-from ..schedule import ComputeClock, rollouts_per_step
-from ..seeds import EVAL_STREAM, derived_seed
+from ..rl.schedule import ComputeClock, rollouts_per_step
+from ..engines.seeds import EVAL_STREAM, derived_seed
 from ..tasks import make_task
 
 UNSUPPORTED = {("schedule", "mode"): ("async",), ("buffer", "lifo"): (True,),
@@ -298,7 +298,7 @@ def build_trainer(cfg: Config, out_dir: str, plain: bool = False):
     replay trainer). Raises ValueError naming the key otherwise."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from ..trainer import grade_rollouts
+    from ..rl.trainer import grade_rollouts
     from .trl import ProbeSource, ReplayGRPOTrainer
     import torch
     torch.set_num_threads(cfg.run.threads)

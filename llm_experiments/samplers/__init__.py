@@ -67,7 +67,7 @@ class Sampler(Protocol):
 def make_sampler(cfg, model, tokenizer) -> Sampler:
     """The sampler of ``cfg.sampler.backend`` for a copy of ``model`` in ``model.dtype``
     (the trainer may hold float32 master weights, ``models.trainer_dtype``)."""
-    from ..models import DTYPES
+    from ..policy.models import DTYPES
     dtype = DTYPES[cfg.model.dtype]
     if cfg.sampler.backend == "vllm":
         from .vllm import VLLMSampler

@@ -15,7 +15,7 @@ import inspect
 import numpy as np
 import torch
 
-from ..direct import StaticDecoder, left_pad, supports
+from ..policy.direct import StaticDecoder, left_pad, supports
 from . import Generation, WeightUpdate
 
 

@@ -27,7 +27,7 @@ def tiny_policy(hidden: int, layers: int, intermediate: int):
     import torch
 
     from llm_experiments.config import Config
-    from llm_experiments.models import char_tokenizer, tiny_model
+    from llm_experiments.policy.models import char_tokenizer, tiny_model
     torch.set_num_threads(1)
     cfg = Config()
     cfg.model.hidden_size, cfg.model.layers, cfg.model.intermediate_size = \
@@ -48,7 +48,7 @@ def recomputed_logprobs(model, prompt, completion, temperature=1.0):
 
 def run_small(out_dir, *overrides):
     """Run the small config with ``overrides`` into ``out_dir``: (summary, metrics records)."""
-    from llm_experiments.experiment import run_experiment
-    from llm_experiments.metrics import read_jsonl
+    from llm_experiments.engines.experiment import run_experiment
+    from llm_experiments.engines.metrics import read_jsonl
     summary = run_experiment(small_config(*overrides), str(out_dir))
     return summary, read_jsonl(os.path.join(str(out_dir), "metrics.jsonl"))

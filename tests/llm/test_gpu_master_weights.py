@@ -5,16 +5,16 @@ import numpy as np
 import pytest
 import torch
 
-from llm_experiments.trainer import PolicyTrainer
-from llm_experiments.models import trainer_dtype
-from llm_experiments.schedule import ComputeClock
+from llm_experiments.rl.trainer import PolicyTrainer
+from llm_experiments.policy.models import trainer_dtype
+from llm_experiments.rl.schedule import ComputeClock
 from llm_helpers import tiny_policy
 
 
 def synthetic_rollouts(n: int, seed: int = 0):
     """``n`` rollouts of random digit prompts/completions with +-1 advantages and
     behaviour log-probs -2.5 (ratios near 1 under a random model of a 15-token vocabulary)."""
-    from llm_experiments.buffer import Rollout
+    from llm_experiments.rl.buffer import Rollout
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):

@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from llm_experiments.config import load_config
-from llm_experiments.losses import batch_logprobs, collate, collate_prompts
-from llm_experiments.memory import (ModelShape, choose_micro_batch, logit_chunk,
-                                    predict_update_memory)
+from llm_experiments.rl.losses import batch_logprobs, collate, collate_prompts
+from llm_experiments.rl.memory import (ModelShape, choose_micro_batch, logit_chunk,
+                                       predict_update_memory)
 from test_gpu_master_weights import _Trainer, synthetic_rollouts
 
 
 def _model(vocab: int, hidden: int = 32, intermediate: int = 64, dtype="float32"):
     from llm_experiments.config import Config
-    from llm_experiments.models import char_tokenizer, tiny_model
+    from llm_experiments.policy.models import char_tokenizer, tiny_model
     torch.set_num_threads(1)
     cfg = Config()
     cfg.model.hidden_size, cfg.model.layers, cfg.model.intermediate_size = hidden, 2, intermediate

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from llm_experiments.buffer import Rollout, RolloutBuffer
+from llm_experiments.rl.buffer import Rollout, RolloutBuffer
 
 
 def rollouts(start, n, version=0, reward=0.0, group=0):

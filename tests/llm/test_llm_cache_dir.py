@@ -4,7 +4,7 @@ cache ($XDG_CACHE_HOME or ~/.cache), never the working folder."""
 import os
 
 from llm_experiments.config import load_config
-from llm_experiments.models import cache_dir
+from llm_experiments.policy.models import cache_dir
 
 
 def test_cache_dir_resolution_order(tmp_path, monkeypatch):

@@ -82,9 +82,9 @@ def test_import_stays_light_and_choices_come_from_their_owners():
     code = ("import sys, llm_experiments.config as c; assert 'torch' not in sys.modules; "
             "c.load_config('cpu_tiny')")
     subprocess.run([sys.executable, "-c", code], check=True)
-    from llm_experiments.losses import LOSSES
+    from llm_experiments.rl.losses import LOSSES
     from llm_experiments.samplers import BACKENDS
-    from llm_experiments.schedule import MODES
+    from llm_experiments.rl.schedule import MODES
     from llm_experiments.tasks import TASKS
     from replaytheory.buffer import SAMPLING_MODES
     for key, names in (("trainer.loss", LOSSES), ("sampler.backend", BACKENDS),
@@ -108,7 +108,8 @@ def test_top_p_below_one_is_refused_for_ratio_losses(loss):
 
 def test_resume_needs_an_earlier_run(tmp_path, monkeypatch, capsys):
     """``run --out NEW --resume`` fails with one line instead of starting a fresh run."""
-    from llm_experiments import cli, experiment
+    from llm_experiments import cli
+    from llm_experiments.engines import experiment
 
     def no_run(*args, **kwargs):
         raise AssertionError("a run was started")

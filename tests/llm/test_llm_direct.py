@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from llm_helpers import tiny_policy
-from llm_experiments.buffer import Rollout
-from llm_experiments.direct import supports
-from llm_experiments.kernels import default_linear, onednn_available, use_onednn_linear
-from llm_experiments.losses import (PromptBatch, SequenceBatch, batch_logprobs, choose_layout,
-                                    collate, collate_direct, collate_prompts, collate_sequences,
-                                    layout_tokens, policy_loss, token_logprobs)
+from llm_experiments.rl.buffer import Rollout
+from llm_experiments.policy.direct import supports
+from llm_experiments.policy.kernels import default_linear, onednn_available, use_onednn_linear
+from llm_experiments.rl.losses import (PromptBatch, SequenceBatch, batch_logprobs, choose_layout,
+                                       collate, collate_direct, collate_prompts, collate_sequences,
+                                       layout_tokens, policy_loss, token_logprobs)
 from llm_experiments.samplers.hf import HFSampler
 
 

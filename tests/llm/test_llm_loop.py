@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from llm_experiments.buffer import Rollout, RolloutBuffer
+from llm_experiments.rl.buffer import Rollout, RolloutBuffer
 from llm_experiments.config import load_config
 from llm_experiments.engines.loop import RunBooks, fill_and_draw
-from llm_experiments.schedule import ComputeClock, Production
+from llm_experiments.rl.schedule import ComputeClock, Production
 
 
 def test_books_ids_counters_and_checkpoint_round_trip():

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from llm_experiments.buffer import Rollout
-from llm_experiments.losses import (TokenBatch, collate, group_advantages, loss_stats,
-                                    policy_loss)
+from llm_experiments.rl.buffer import Rollout
+from llm_experiments.rl.losses import (TokenBatch, collate, group_advantages, loss_stats,
+                                       policy_loss)
 
 
 def test_group_advantages_hand_values_and_zero_std():

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from llm_experiments.buffer import Rollout
-from llm_experiments.gradients import clipped_mean_grad, per_sample_grads
-from llm_experiments.losses import collate, policy_loss, token_logprobs
-from llm_experiments.metrics import MetricsLog, pass_at_k, read_jsonl, summarize
+from llm_experiments.rl.buffer import Rollout
+from llm_experiments.rl.gradients import clipped_mean_grad, per_sample_grads
+from llm_experiments.rl.losses import collate, policy_loss, token_logprobs
+from llm_experiments.engines.metrics import MetricsLog, pass_at_k, read_jsonl, summarize
 from llm_helpers import tiny_policy
 
 

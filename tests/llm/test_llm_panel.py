@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from llm_helpers import small_config
-from llm_experiments.experiment import run_experiment
-from llm_experiments.metrics import TIMING_KEYS, read_jsonl
-from replaytheory.probes import UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
+from llm_experiments.engines.experiment import run_experiment
+from llm_experiments.engines.metrics import TIMING_KEYS, read_jsonl
+from replaytheory.fit.probes import UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
 
 PANEL = ["probe.panel_groups=3", "probe.panel_births=[0, 2]", "probe.panel_gaps=[1, 3, 6]"]
 ARGS = ["run.steps=8", "schedule.mu_accounting=2.0"]

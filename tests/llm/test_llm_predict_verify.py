@@ -20,9 +20,9 @@ def _overrides():
 
 
 def test_predict_writes_a_registration_that_brackets_every_prediction(tmp_path):
-    from llm_experiments.judge import Registration
-    from llm_experiments.predict import make_prediction
-    from llm_experiments.validation import VARIANTS
+    from llm_experiments.study.judge import Registration
+    from llm_experiments.study.predict import make_prediction
+    from llm_experiments.study.validation import VARIANTS
     pred = make_prediction("cpu_tiny", _overrides(), str(tmp_path / "p"), steps=12,
                            horizon=4, seeds=1, workers=1, progress=False)
     saved = json.loads((tmp_path / "p" / "prediction.json").read_text())
@@ -45,7 +45,7 @@ def test_predict_writes_a_registration_that_brackets_every_prediction(tmp_path):
     pred["bootstrap"]["draws"] = 20
     pred["set"]["run.cache_dir"] = CACHE
     (tmp_path / "p" / "prediction.json").write_text(json.dumps(pred))
-    from llm_experiments.verify import main, verify
+    from llm_experiments.study.verify import main, verify
     records = verify(str(tmp_path / "p" / "prediction.json"), str(tmp_path / "v"), seeds=2,
                      workers=1, progress=False)
     assert os.path.exists(tmp_path / "v" / "validation.json")
@@ -72,7 +72,7 @@ def test_predict_writes_a_registration_that_brackets_every_prediction(tmp_path):
     assert without_curves(elsewhere) == without_curves(records)
     # the registration names its calibration's initial policy; runs from another are refused
     assert len(pred["warm_start"]["warm_start_sha256"]) == 64
-    from llm_experiments.judge import judge
+    from llm_experiments.study.judge import judge
     foreign = dict(pred, warm_start={"warm_start_sha256": "0" * 64, "warm_start_accuracy": -1})
     (tmp_path / "p" / "prediction_foreign.json").write_text(json.dumps(foreign))
     with pytest.raises(ValueError, match="another policy than the registration's calibration"):
@@ -87,7 +87,7 @@ def test_predict_writes_a_registration_that_brackets_every_prediction(tmp_path):
 def test_predict_names_the_variants_capped_by_the_measured_staleness():
     # heldout_digits3's registration: every variant but finite_eta put x* = 16, the edge of a
     # 16-step calibration buffer, and lost to x = 64 (theory.md section 10.9).
-    from llm_experiments.predict import at_measured_edge
+    from llm_experiments.study.predict import at_measured_edge
     preds = {"asymptotic": {"0.53": [16.0, 2.0], "2": [16.0, 2.8]},
              "finite_eta": {"0.53": [1.0, 1.0], "2": "no optimum"},
              "self_correlated": {"0.53": [12.0, 1.0], "2": [15.9, 1.4]}}
@@ -100,9 +100,9 @@ def test_a_second_registration_extrapolates_on_the_same_grid(tmp_path):
     # heldout_digits3's committed calibration: noise falls with staleness, every capped x* is
     # the 16-step edge; "hold_last" lets the horizon search past it (theory.md section 4.6).
     import shutil
-    from llm_experiments.judge import Registration
-    from llm_experiments.predict import UNBOUNDED_HORIZON, extrapolated_registration, main
-    from llm_experiments.verify import validation_name
+    from llm_experiments.study.judge import Registration
+    from llm_experiments.study.predict import UNBOUNDED_HORIZON, extrapolated_registration, main
+    from llm_experiments.study.verify import validation_name
     src = os.path.join(os.path.dirname(__file__), "..", "..", "results", "heldout_digits3")
     shutil.copytree(os.path.join(src, "calibration"), tmp_path / "calibration",
                     ignore=shutil.ignore_patterns("logs"))
@@ -138,7 +138,7 @@ def test_a_second_registration_extrapolates_on_the_same_grid(tmp_path):
 def test_a_registration_without_its_own_config_or_calibration_folder_names_both(tmp_path):
     # cpu_sweep_v2's registrations name neither: their probes are results/diagnosis.
     import shutil
-    from llm_experiments.predict import extrapolated_registration
+    from llm_experiments.study.predict import extrapolated_registration
     src = os.path.join(os.path.dirname(__file__), "..", "..", "results", "heldout_digits3")
     shutil.copytree(os.path.join(src, "calibration"), tmp_path / "probes",
                     ignore=shutil.ignore_patterns("logs"))

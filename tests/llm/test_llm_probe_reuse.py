@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from llm_helpers import small_config
-from llm_experiments.experiment import run_experiment
-from llm_experiments.metrics import TIMING_KEYS, read_jsonl
-from replaytheory.diagnosis import self_correlation
-from replaytheory.probes import UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
+from llm_experiments.engines.experiment import run_experiment
+from llm_experiments.engines.metrics import TIMING_KEYS, read_jsonl
+from replaytheory.fit.diagnosis import self_correlation
+from replaytheory.fit.probes import UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
 
 # Every probe sees the whole buffer (16 groups of 4), so the group rows of a reuse row's
 # earlier step are in the noise table of that earlier probe.

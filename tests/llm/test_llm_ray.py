@@ -42,7 +42,7 @@ def actors(cluster):
 
 
 def _rollouts(n, first, tokens=(3, 4, 5)):
-    from llm_experiments.buffer import Rollout
+    from llm_experiments.rl.buffer import Rollout
     rng = np.random.default_rng(first)
     return [Rollout(first + i, (first + i) // 4, i, first // 8, np.array([1, 2], np.int32),
                     np.array(tokens, np.int32), np.full(len(tokens), -1.0, np.float32),
@@ -51,9 +51,9 @@ def _rollouts(n, first, tokens=(3, 4, 5)):
 
 def test_buffer_actor_draws_as_the_in_process_buffer(actors):
     """Same stream in, same draws out: two shards, without replacement, positive bias."""
-    from llm_experiments.buffer import RolloutBuffer
+    from llm_experiments.rl.buffer import RolloutBuffer
     from llm_experiments.engines.ray_engine import BufferHolder
-    from llm_experiments.seeds import BUFFER_STREAM, derived_seed
+    from llm_experiments.engines.seeds import BUFFER_STREAM, derived_seed
     cfg = small_config(*RAY, "schedule.trainers=2", "schedule.batch_size=8", "buffer.capacity=24",
                        "buffer.sampling=without_replacement", "buffer.delta=0.25")
     actor = ray.remote(BufferHolder).options(num_cpus=0).remote(cfg)
@@ -126,8 +126,8 @@ def test_killed_sampler_stops_the_run_and_resume_learns(cluster, tmp_path):
     """W = T = 1: a sampler killed mid-run ends the run with an error naming it (no hang);
     --resume continues from the checkpoint with every step logged once, and the run learns."""
     from llm_experiments.config import load_config
-    from llm_experiments.experiment import run_experiment
-    from llm_experiments.metrics import REQUIRED_KEYS, read_jsonl
+    from llm_experiments.engines.experiment import run_experiment
+    from llm_experiments.engines.metrics import REQUIRED_KEYS, read_jsonl
     cfg = load_config("cpu_tiny", RAY + LEARN)
     out = str(tmp_path / "run")
     watcher = _kill_when(os.path.join(out, "metrics.jsonl"), 25, "/sampler0")
@@ -153,7 +153,7 @@ def test_sweep_on_ray_writes_the_usual_files(cluster, tmp_path):
     import yaml
 
     from llm_helpers import SMALL
-    from llm_experiments.sweep import load_spec, run_sweep
+    from llm_experiments.study.sweep import load_spec, run_sweep
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump({
         "config": "cpu_tiny",
@@ -205,11 +205,11 @@ def test_probes_on_ray_write_the_emulated_layout(cluster, tmp_path):
     probes.npz holds the tables and columns of an emulated run with the same probe settings,
     the rows whose number the settings fix, finite noise and one rate R per run; the
     calibration reads it; the probe seconds are reported."""
-    from llm_experiments.experiment import run_experiment
-    from llm_experiments.metrics import read_jsonl
-    from llm_experiments.validation import load_probes
-    from replaytheory.calibrate import calibrate
-    from replaytheory.probes import ProbeSet
+    from llm_experiments.engines.experiment import run_experiment
+    from llm_experiments.engines.metrics import read_jsonl
+    from llm_experiments.study.validation import load_probes
+    from replaytheory.fit.calibrate import calibrate
+    from replaytheory.fit.probes import ProbeSet
     configs = {"ray": small_config(*RAY, *PROBED),
                "emulated": small_config("schedule.mode=async", "schedule.mu_accounting=2.0",
                                         *PROBED)}
@@ -345,7 +345,7 @@ def test_the_driver_hands_on_chunks_while_it_evaluates(bounded, tmp_path):
     """A slow evaluation (2 s more) at steps 0 and 2: meanwhile the driver still hands
     finished chunks on to the buffer and restarts their samplers (it used to wait for the
     evaluation, so no chunk moved), and the evaluation's results are logged at their step."""
-    from llm_experiments.metrics import read_jsonl
+    from llm_experiments.engines.metrics import read_jsonl
     cfg = small_config(*RAY, *SHORT)
     run = bounded.RayRun(cfg, str(tmp_path))
     fast, moved = run.evaluate, {}

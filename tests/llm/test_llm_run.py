@@ -13,8 +13,8 @@ import pytest
 
 from llm_helpers import REPO, SMALL, run_small, small_config
 from llm_experiments.cli import main
-from llm_experiments.experiment import run_experiment
-from llm_experiments.metrics import REQUIRED_KEYS, SUMMARY_KEYS, TIMING_KEYS, read_jsonl
+from llm_experiments.engines.experiment import run_experiment
+from llm_experiments.engines.metrics import REQUIRED_KEYS, SUMMARY_KEYS, TIMING_KEYS, read_jsonl
 
 DETERMINISTIC = ["schedule.mu_accounting=2.0"]
 
@@ -58,9 +58,9 @@ def test_probes_never_perturb_the_run(probed_run, tmp_path):
 
 
 def test_probe_layout_round_trip_and_fit(probed_run):
-    from replaytheory.design import objective, optimal_design
-    from replaytheory.noise import TabulatedNoise
-    from replaytheory.probes import OPTIONAL_TABLES, SCHEMA, ProbeSet
+    from replaytheory.model.design import objective, optimal_design
+    from replaytheory.model.noise import TabulatedNoise
+    from replaytheory.fit.probes import OPTIONAL_TABLES, SCHEMA, ProbeSet
     out, _ = probed_run
     ps = ProbeSet.load(os.path.join(out, "probes.npz"))
     for name, cols in SCHEMA.items():
@@ -150,7 +150,7 @@ def test_kill_and_resume_replays_exactly(tmp_path):
     b = read_jsonl(os.path.join(cut, "metrics.jsonl"))
     assert [r["step"] for r in b] == list(range(31))  # no line lost or repeated
     assert strip_timing(a) == strip_timing(b)
-    from replaytheory.probes import ProbeSet
+    from replaytheory.fit.probes import ProbeSet
     pa = ProbeSet.load(os.path.join(full, "probes.npz"))
     pb = ProbeSet.load(os.path.join(cut, "probes.npz"))
     for name in pa.tables:
@@ -194,7 +194,7 @@ def test_cpu_tiny_rl_beats_warm_start(tmp_path):
 
 def _trainer(tmp_path, *overrides):
     """An ``Experiment`` of the small config (same warm-start weights for every override)."""
-    from llm_experiments.experiment import Experiment
+    from llm_experiments.engines.experiment import Experiment
     return Experiment(small_config("eval.every=100", *overrides), str(tmp_path))
 
 
@@ -210,7 +210,7 @@ def _rollout_grads(exp, rollouts, loss="grpo"):
     """Each rollout's loss gradient on its own (one backward pass per rollout), flattened."""
     import torch
 
-    from llm_experiments.losses import batch_logprobs, collate, policy_loss
+    from llm_experiments.rl.losses import batch_logprobs, collate, policy_loss
     out = []
     for r in rollouts:
         exp.model.zero_grad(set_to_none=True)

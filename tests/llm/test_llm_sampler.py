@@ -82,8 +82,8 @@ def test_fresh_sample_ratio_under_the_trainers_logprobs(policy, top_p):
     a ratio of 1; with top_p < 1 the behaviour log-probs include the nucleus renormalisation
     and the ratio falls below 1, which is why the config refuses top_p < 1 for ratio-based
     losses (``config.check_resolved``)."""
-    from llm_experiments.buffer import Rollout
-    from llm_experiments.losses import batch_logprobs, collate
+    from llm_experiments.rl.buffer import Rollout
+    from llm_experiments.rl.losses import batch_logprobs, collate
     model, tok = policy
     s = HFSampler(model, tok.eos_token_id, tok.pad_token_id, direct=False)
     ps = prompts(tok, ["12+34=", "1+2="] * 4)

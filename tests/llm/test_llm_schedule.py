@@ -1,7 +1,7 @@
 import pytest
 
 from llm_experiments.config import load_config
-from llm_experiments.schedule import ComputeClock, Production
+from llm_experiments.rl.schedule import ComputeClock, Production
 
 
 def test_non_integer_replay_ratio_is_exact_on_average():

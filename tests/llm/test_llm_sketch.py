@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from llm_helpers import small_config, tiny_policy
-from llm_experiments import checkpoint
-from llm_experiments.gradients import per_sample_grads
-from llm_experiments.losses import TokenBatch
-from llm_experiments.metrics import TIMING_KEYS, read_jsonl
-from llm_experiments.experiment import run_experiment
-from llm_experiments.sketch import CountSketch, Exact, projection
-from replaytheory.probes import ProbeSet
+from llm_experiments.engines import checkpoint
+from llm_experiments.rl.gradients import per_sample_grads
+from llm_experiments.rl.losses import TokenBatch
+from llm_experiments.engines.metrics import TIMING_KEYS, read_jsonl
+from llm_experiments.engines.experiment import run_experiment
+from llm_experiments.probing.sketch import CountSketch, Exact, projection
+from replaytheory.fit.probes import ProbeSet
 
 K = 1024
 Z = 5.0  # per row: P(|error| > Z sd) <= 1/Z^2 = 4% by Chebyshev; far less for a near-normal error

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from llm_experiments.buffer import Rollout, RolloutBuffer
+from llm_experiments.rl.buffer import Rollout, RolloutBuffer
 from llm_experiments.config import from_dict, load_config
-from llm_experiments.schedule import MODES, Production
+from llm_experiments.rl.schedule import MODES, Production
 from replaytheory.buffer import SAMPLING_MODES
 
 STEPS = 8

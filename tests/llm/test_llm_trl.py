@@ -15,12 +15,12 @@ import torch  # noqa: E402
 from llm_helpers import CACHE, SMALL, small_config  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from llm_experiments.buffer import RolloutBuffer  # noqa: E402
+from llm_experiments.rl.buffer import RolloutBuffer  # noqa: E402
 from llm_experiments.cli import main  # noqa: E402
 from llm_experiments.integrations import trl as rt  # noqa: E402
-from llm_experiments.schedule import Production  # noqa: E402
+from llm_experiments.rl.schedule import Production  # noqa: E402
 from replaytheory.calculator import optimal_config  # noqa: E402
-from replaytheory.probes import ProbeSet  # noqa: E402
+from replaytheory.fit.probes import ProbeSet  # noqa: E402
 
 G = 4
 # A replay design of the calculator small enough for a CPU test: B = 16, R = 3 -> 4, N = 21
@@ -49,7 +49,7 @@ def _train(tmp_path, replay: "rt.ReplaySettings", r: int, steps: int, lr: float 
     """A ``Spy`` trainer of the small warm-started model, trained ``steps`` steps."""
     from datasets import Dataset
 
-    from llm_experiments.models import load_policy
+    from llm_experiments.policy.models import load_policy
     from llm_experiments.tasks import make_task
     torch.set_num_threads(1)
     cfg = small_config()
@@ -180,7 +180,7 @@ def test_fifo_order_and_draws_equal_the_harness(tmp_path):
 def test_unsupported_trl_settings_are_refused(tmp_path, extra, name):
     from datasets import Dataset
 
-    from llm_experiments.models import load_policy
+    from llm_experiments.policy.models import load_policy
     from llm_experiments.tasks import make_task
     cfg = small_config()
     model, tok = load_policy(cfg, make_task(cfg.task))

@@ -17,7 +17,7 @@ import trl  # noqa: E402
 from llm_helpers import recomputed_logprobs, small_config  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
-from llm_experiments import losses  # noqa: E402
+from llm_experiments.rl import losses  # noqa: E402
 from llm_experiments.integrations import trl as rt  # noqa: E402
 from replaytheory.calculator import optimal_config  # noqa: E402
 
@@ -29,7 +29,7 @@ def _parts():
     """(model, tokenizer, task, dataset, reward) of the small warm-started policy."""
     from datasets import Dataset
 
-    from llm_experiments.models import load_policy
+    from llm_experiments.policy.models import load_policy
     from llm_experiments.tasks import make_task
     torch.set_num_threads(1)
     cfg = small_config()

@@ -69,8 +69,8 @@ def test_weight_sync_in_place(setup):
 def test_training_run_with_vllm_sampler(tmp_path):
     from llm_helpers import CACHE
     from llm_experiments.config import load_config
-    from llm_experiments.experiment import run_experiment
-    from llm_experiments.metrics import read_jsonl
+    from llm_experiments.engines.experiment import run_experiment
+    from llm_experiments.engines.metrics import read_jsonl
     cfg = load_config("cpu_tiny", [
         "sampler.backend=vllm", "model.layers=2", "model.warm_start_steps=100",
         "run.steps=4", "schedule.mode=on_policy", "probe.every=0", "eval.pass_k_problems=4",

@@ -6,7 +6,7 @@ from llm_helpers import small_config
 
 
 def test_export_then_load_the_same_policy_and_refuse_another(tmp_path):
-    from llm_experiments.models import export_warm_start, load_policy, weights_sha256
+    from llm_experiments.policy.models import export_warm_start, load_policy, weights_sha256
     from llm_experiments.tasks import make_task
 
     cfg = small_config()
@@ -42,7 +42,7 @@ def test_a_pinned_digest_must_be_a_sha256(bad):
 
 
 def test_a_run_records_its_warm_start_digest(tmp_path):
-    from llm_experiments.models import export_warm_start
+    from llm_experiments.policy.models import export_warm_start
     from llm_helpers import run_small
 
     digest = export_warm_start(small_config(), str(tmp_path / "w"))

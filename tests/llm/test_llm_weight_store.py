@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from llm_helpers import run_small
-from llm_experiments import checkpoint
+from llm_experiments.engines import checkpoint
 from llm_experiments.config import load_config
-from llm_experiments.schedule import Production, WeightStore
+from llm_experiments.rl.schedule import Production, WeightStore
 
 ASYNC = ["schedule.mode=async", "schedule.mu_accounting=2.0", "probe.every=0", "run.steps=4",
          "run.checkpoint_every=4"]

@@ -1,0 +1,1 @@
+"""The policy model: loading, warm start, the direct forward and fast kernels."""

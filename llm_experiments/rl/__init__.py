@@ -1,0 +1,1 @@
+"""The RL update: losses, per-sample gradients, the replay buffer, the schedule and the trainer (update and rollout grading)."""

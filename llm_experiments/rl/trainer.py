@@ -1,0 +1,134 @@
+"""The trainer's side of a run: grading a generation into rollouts with group advantages, and
+the policy update (theory.md section 6). Shared by the emulated run (``experiment.Experiment``)
+and the Ray engine's trainer actors (``engines.ray_engine``), which therefore import neither
+each other."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from .buffer import Rollout
+from ..config import OPTIMIZERS, Config
+from .gradients import clipped_mean_grad, flat_grad
+from .memory import ModelShape, budget_bytes, choose_micro_batch, logit_chunk
+from .losses import (SequenceBatch, TokenBatch, batch_logprobs, collate, collate_direct,
+                     group_advantages, loss_stats, policy_loss)
+from ..policy.models import DTYPES, autocast
+
+
+def grade_rollouts(cfg: Config, task, tokenizer, encode, problems, gen, version: int,
+                   first_item: int, first_group: int) -> list[Rollout]:
+    """Rollouts of a generation ``gen`` of ``problems`` (each repeated G times) made with
+    weight ``version``: completions graded by ``task``, advantages computed once per group of
+    G (theory.md section 6), item ids from ``first_item``, group ids from ``first_group``.
+    ``encode(problem)`` gives the prompt ids."""
+    g = cfg.schedule.group_size
+    texts = [tokenizer.decode(gen.completion(i), skip_special_tokens=True)
+             for i in range(len(gen.lengths))]
+    rewards = np.array([task.reward(problems[i // g], t) for i, t in enumerate(texts)])
+    adv = group_advantages(rewards.reshape(-1, g), cfg.trainer.loss,
+                           cfg.trainer.dv).reshape(-1)
+    out = []
+    for i in range(len(texts)):
+        p = problems[i // g]
+        out.append(Rollout(item_id=first_item + i, group_id=first_group + i // g,
+                           problem_id=p.pid, version=version,
+                           prompt=np.asarray(encode(p), dtype=np.int32),
+                           completion=gen.completion(i).copy(),
+                           logprobs=gen.logprobs[i, :gen.lengths[i]].copy(),
+                           reward=float(rewards[i]), advantage=float(adv[i])))
+    return out
+
+
+class PolicyTrainer:
+    """The trainer's update (theory.md section 6), shared by the emulated run (``Experiment``)
+    and the Ray engine's trainer actors (``engines.ray_engine``).
+
+    Needs the attributes cfg, model, opt, tokenizer, device, direct, loss_kwargs and clock
+    (a ``ComputeClock``).
+    """
+
+    def setup_update(self) -> None:
+        """The optimizer over ``self.model`` and the loss's keyword arguments, from
+        ``self.cfg.trainer``."""
+        tr = self.cfg.trainer
+        opt_cls = getattr(torch.optim, OPTIMIZERS[tr.optimizer])
+        self.opt = opt_cls(self.model.parameters(), lr=tr.lr, betas=(tr.beta1, tr.beta2),
+                           weight_decay=tr.weight_decay, fused=self.cfg.run.fast_kernels or None)
+        self.loss_kwargs = {"loss": tr.loss, "clip_low": tr.clip_low,
+                            "clip_high": tr.clip_high, "is_cap": tr.is_cap,
+                            "max_new_tokens": self.cfg.sampler.max_new_tokens}
+        self.shape = ModelShape.of(self.model)
+        self.logit_chunk = tr.logit_chunk or logit_chunk(self.shape.vocab)
+
+    def micro_batch(self, batch) -> int:
+        """Rows per forward/backward pass: ``trainer.micro_batch``, else the largest whose
+        predicted peak fits the memory budget (``memory.choose_micro_batch``)."""
+        tr = self.cfg.trainer
+        if tr.micro_batch:
+            return tr.micro_batch
+        width = batch.input_ids.shape[1] if isinstance(batch, (TokenBatch, SequenceBatch)) else \
+            batch.prompt_ids.shape[1] + batch.targets.shape[1]
+        return choose_micro_batch(self.shape, len(batch), width,
+                                  budget_bytes(tr.memory_gb, self.device),
+                                  compute_bytes=DTYPES[self.cfg.model.dtype].itemsize,
+                                  chunk=self.logit_chunk)
+
+    def reduce_gradients(self) -> None:
+        """Average the gradient over data-parallel trainers; one process holding the whole
+        batch has nothing to average."""
+
+    def train_step(self, rollouts: list[Rollout], keep_grad: bool) -> dict:
+        """One optimizer update on the batch; returns loss statistics (and the raw gradient
+        as ``grad`` when ``keep_grad``, for the minibatch-noise probe)."""
+        tr, temp = self.cfg.trainer, self.cfg.sampler.temperature
+        self.model.train()
+        t0 = time.perf_counter()
+        pad = self.tokenizer.pad_token_id
+        batch = collate_direct(rollouts, self.cfg.run.train_layout, pad, self.device) \
+            if self.direct and not tr.per_sample_clip else collate(rollouts, pad, self.device)
+        n = len(batch)
+        self.opt.zero_grad(set_to_none=True)
+        micro = self.micro_batch(batch)
+        logps, ents, loss_sum = [], [], 0.0
+        for start in range(0, n, micro):
+            part = batch.rows(slice(start, start + micro))
+            with autocast(self.cfg, self.device):
+                logp, ent = batch_logprobs(self.model, part, temp, self.logit_chunk)
+            loss = policy_loss(logp, part, **self.loss_kwargs).sum() / n
+            if not tr.per_sample_clip:
+                loss.backward()
+            loss_sum += float(loss.detach())
+            logps.append(logp.detach())
+            ents.append(ent.detach())
+        if tr.per_sample_clip:
+            self._per_sample_clipped_grad(batch)
+        self.reduce_gradients()
+        stats = loss_stats(torch.cat(logps), torch.cat(ents), batch, tr.clip_low, tr.clip_high)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if keep_grad:
+            stats["grad"] = flat_grad(self.model)
+        clip = tr.grad_clip if tr.grad_clip > 0 else float("inf")
+        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        self.opt.step()
+        self.clock.train_seconds += time.perf_counter() - t0
+        self.clock.train_tokens += int(sum(len(r.prompt) + len(r.completion) for r in rollouts))
+        self.clock.steps += 1
+        stats["loss"] = loss_sum
+        return stats
+
+    def _per_sample_clipped_grad(self, batch) -> None:
+        """Set .grad to the mean of per-rollout gradients clipped to trainer.per_sample_clip."""
+        total = clipped_mean_grad(self.model, batch, self.loss_kwargs,
+                                  self.cfg.sampler.temperature, self.cfg.trainer.per_sample_clip,
+                                  self.cfg.probe.chunk)
+        offset = 0
+        for p in self.model.parameters():
+            if p.requires_grad:
+                p.grad = total[offset:offset + p.numel()].view_as(p).to(p.dtype).clone()
+                offset += p.numel()
+
+

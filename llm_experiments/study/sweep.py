@@ -1,0 +1,395 @@
+"""Resumable sweeps: a grid of training runs, each one a ``llm_experiments run`` process.
+
+``python -m llm_experiments sweep --spec SPEC.yaml --out sweeps/NAME [--workers K]
+[--engine ray [--address A]]`` (``--engine ray``: each run a Ray task on a cluster, same files)
+
+The spec (YAML)::
+
+    config: cpu_tiny                  # the base config of every run
+    set: {run.steps: 300}             # overrides shared by every run
+    cells:                            # optional: joint settings, one run group each
+      - {buffer.horizon: 1, schedule.replay_ratio: 1.0}
+      - {buffer.horizon: 4, schedule.replay_ratio: 2.0}
+    grid:                             # crossed with every cell (cartesian product)
+      trainer.lr: [1.0e-4, 2.0e-4]
+      run.seed: [0, 1, 2, 3, 4]
+
+Every run gets a stable id from its overrides and a folder ``OUT/runs/<id>``. A run is done
+when its ``summary.json`` exists: rerunning the sweep skips it. A folder without a summary is
+an interrupted run and is continued with ``--resume`` (the harness checkpoints). Runs are
+separate processes, so a crash or a kill loses at most the unsaved part of one run. After each
+run the results table ``OUT/results.jsonl`` (and ``results.csv``) is rewritten atomically from
+the finished runs; failures go to ``OUT/failures.jsonl`` and are retried on the next call.
+``--done-in CURVES`` also skips the runs of committed compacted curves, so that a sweep begun
+on a machine that is gone continues on another (compact with ``results --keep CURVES``).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from replaytheory.cli_input import (Parser, existing_file, integer, missing_field, output_dir,
+                                    read_jsonl)
+from replaytheory.io import atomic_write, write_json
+
+from ..config import load_config, read_yaml
+from .results import CURVES, cell_of, same_warm_start, warm_start_of
+
+DEFAULT_COMMAND = [sys.executable, "-m", "llm_experiments", "run"]
+# Where the runs of a sweep execute (``--engine``): local subprocesses or Ray tasks.
+SWEEP_ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a sweep: its id and the ``--set`` overrides that define it."""
+
+    run_id: str
+    overrides: dict
+
+
+def _format_value(value) -> str:
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def run_id(overrides: dict, shown=None) -> str:
+    """A readable, stable id: short names and values of the ``shown`` keys (default all),
+    plus a hash of the full overrides."""
+    parts = []
+    for key in sorted(overrides if shown is None else shown):
+        short = key.rsplit(".", 1)[-1]
+        parts.append(f"{short}={_format_value(overrides[key])}")
+    slug = "_".join(parts).replace("/", "-").replace(" ", "")
+    digest = hashlib.sha1(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{slug[:80]}_{digest}" if slug else digest
+
+
+def load_spec(path: str) -> dict:
+    """Read and check a sweep spec; raises ``ValueError`` naming what is wrong."""
+    spec = read_yaml(path, "--spec")
+    allowed = {"config", "set", "cells", "grid", "command", "name"}
+    unknown = set(spec) - allowed
+    if unknown:
+        raise ValueError(f"spec has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+    if not isinstance(spec.get("config"), str):
+        raise ValueError("spec.config must name a config (e.g. cpu_tiny) or a YAML path")
+    for key in ("set", "grid"):
+        if not isinstance(spec.get(key, {}), dict):
+            raise ValueError(f"spec.{key} must be a mapping of config keys")
+    for key, values in spec.get("grid", {}).items():
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"spec.grid.{key} must be a non-empty list of values")
+    cells = spec.get("cells", [{}])
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells) or not cells:
+        raise ValueError("spec.cells must be a non-empty list of mappings")
+    return spec
+
+
+def check_configs(spec: dict) -> None:
+    """Every run's config of a spec run by the harness (no ``command`` of its own) resolved
+    before any run starts; ``ValueError`` names the run and the bad key (a typo in the spec
+    would otherwise fail every run, one process at a time)."""
+    if "command" in spec:
+        return
+    for run in expand(spec):
+        try:
+            load_config(spec["config"], [f"{k}={_format_value(v)}"
+                                         for k, v in run.overrides.items()])
+        except ValueError as exc:
+            raise ValueError(f"--spec run {run.run_id}: {exc}") from None
+
+
+def expand(spec: dict) -> list[RunSpec]:
+    """All runs of a spec, grid outermost (seed-major: a partial sweep stays balanced over
+    cells), then the cells. Ids show the cell and grid keys, not the shared ``set``."""
+    grid = spec.get("grid", {})
+    keys = list(grid)
+    runs, seen = [], set()
+    for values in itertools.product(*(grid[k] for k in keys)):
+        for cell in spec.get("cells", [{}]):
+            point = dict(zip(keys, values))
+            overrides = {**spec.get("set", {}), **cell, **point}
+            rid = run_id(overrides, shown=[*cell, *point])
+            if rid not in seen:
+                seen.add(rid)
+                runs.append(RunSpec(run_id=rid, overrides=overrides))
+    return runs
+
+
+def _command(spec: dict, run: RunSpec, run_dir: Path) -> list[str]:
+    cmd = list(spec.get("command", DEFAULT_COMMAND))
+    cmd += ["--config", spec["config"], "--out", str(run_dir)]
+    for key, value in run.overrides.items():
+        cmd += ["--set", f"{key}={_format_value(value)}"]
+    if (run_dir / "config.yaml").exists():
+        cmd.append("--resume")
+    return cmd
+
+
+def is_done(run_dir: Path) -> bool:
+    return (run_dir / "summary.json").exists()
+
+
+def compacted_runs(paths) -> dict[str, tuple[tuple, dict]]:
+    """Runs held in compacted ``curves.jsonl`` files: run id -> (cell, the summary's warm-start
+    fields). Raises ``ValueError`` for a path that is not a file (a mistyped ``--done-in`` must
+    not silently rerun a whole sweep)."""
+    runs = {}
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ValueError(f"done_in: {path!r} is not a file")
+        for rec in read_jsonl(path, "--done-in"):
+            try:
+                runs[rec["run_id"]] = (cell_of(rec["settings"]),
+                                       warm_start_of(rec.get("summary", {})))
+            except KeyError as exc:
+                raise missing_field(exc, path, "--done-in", CURVES) from None
+    return runs
+
+
+def foreign_warm_start(run: RunSpec, run_dir: Path, compacted: dict) -> str:
+    """'' if the finished run started from the policy of the compacted runs of its cell (or
+    there are none), else why not: a machine whose warm start differs must not add runs to a
+    grid begun elsewhere (``models.cached_warm_start``)."""
+    with open(run_dir / "summary.json") as fh:
+        mine = json.load(fh)
+    cell = cell_of(run.overrides)
+    for rid, (other_cell, theirs) in compacted.items():
+        if other_cell == cell:
+            if same_warm_start(mine, theirs):
+                return ""
+            return (f"warm start differs from the compacted run {rid} of this cell "
+                    f"(step-0 accuracy {mine.get('warm_start_accuracy')} vs "
+                    f"{theirs.get('warm_start_accuracy')}): this machine trains another "
+                    "initial policy; pin one with model.warm_start_path")
+    return ""
+
+
+def _flat_scalars(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, val in d.items():
+        if isinstance(val, dict):
+            continue
+        if isinstance(val, (int, float, str, bool)) or val is None:
+            out[prefix + k] = val
+    return out
+
+
+def collect(out_dir: Path, runs: list[RunSpec]) -> list[dict]:
+    """One row per finished run: id, overrides (``set.<key>``) and scalar summary fields."""
+    rows = []
+    for run in runs:
+        path = out_dir / "runs" / run.run_id / "summary.json"
+        if not path.exists():
+            continue
+        with open(path) as fh:
+            summary = json.load(fh)
+        row = {"run_id": run.run_id}
+        row.update({f"set.{k}": v for k, v in run.overrides.items()})
+        row.update(_flat_scalars(summary))
+        rows.append(row)
+    return rows
+
+
+def write_results(out_dir: Path, rows: list[dict]) -> None:
+    """``results.jsonl`` and ``results.csv`` (all columns, blank where absent), atomically."""
+    atomic_write(str(out_dir / "results.jsonl"),
+                 lambda fh: fh.writelines(json.dumps(r) + "\n" for r in rows))
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(str(out_dir / "results.csv"), lambda fh: fh.write(buf.getvalue()))
+
+
+def _ray_call(cmd: list[str], log_path: str, env: dict) -> int:
+    """A sweep run as a Ray task: the run's command in a subprocess, output to its log."""
+    with open(log_path, "a") as log:
+        return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _on_ray(todo: list[RunSpec], prepare, finish, address: str | None, env: dict) -> None:
+    """Run ``todo`` as Ray tasks (one CPU each) on the cluster at ``address`` (None: local);
+    a run whose engine is Ray joins the same cluster. ``prepare(run)`` gives (command, log
+    path), ``finish(run, command, log path, return code)`` books it."""
+    import ray
+    from ..engines.ray_engine import connect
+    ours = connect(address)
+    try:
+        env = {**env, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
+               **{k: os.environ[k] for k in ("RAY_AUTH_TOKEN",) if k in os.environ}}
+        task = ray.remote(num_cpus=1, max_retries=0)(_ray_call)
+        calls = {}
+        for run in todo:
+            cmd, log_path = prepare(run)
+            calls[task.remote(cmd, str(log_path), env)] = (run, cmd, log_path)
+        while calls:
+            done, _ = ray.wait(list(calls), num_returns=1)
+            run, cmd, log_path = calls.pop(done[0])
+            try:
+                rc = ray.get(done[0])
+            except ray.exceptions.RayError as exc:  # the task's worker or node died
+                with open(log_path, "a") as log:
+                    log.write(f"\nRay task failed: {exc}\n")
+                rc = -1
+            finish(run, cmd, log_path, rc)
+    finally:
+        if ours:
+            ray.shutdown()
+
+
+@dataclass
+class _Books:
+    """What one ``run_sweep`` call books as its runs end: the counts, the results table, the
+    failures, why no further run starts (``stop``, the local engine) and the progress bar."""
+
+    out: Path
+    runs: list
+    compacted: dict
+    counts: dict
+    bar: object
+    failures: list = field(default_factory=list)
+    stop: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def finish(self, run: RunSpec, cmd, log_path, rc: int) -> None:
+        """Book a run that ended with return code ``rc``: finished (its results rewritten)
+        or failed; one started from another warm start than the compacted runs of its cell
+        is set aside as ``<id>.other-warm-start`` and stops the sweep."""
+        run_dir = self.out / "runs" / run.run_id
+        with self.lock:
+            foreign = foreign_warm_start(run, run_dir, self.compacted) \
+                if rc == 0 and is_done(run_dir) else ""
+            if rc == 0 and is_done(run_dir) and not foreign:
+                self.counts["finished"] += 1
+                write_results(self.out, collect(self.out, self.runs))
+            else:
+                self.counts["failed"] += 1
+                self.failures.append({"run_id": run.run_id, "returncode": rc,
+                                      "log": str(log_path), "command": cmd,
+                                      **({"reason": foreign} if foreign else {})})
+            if foreign:  # set aside, not done: a machine with the grid's policy redoes it
+                aside = run_dir.with_name(f"{run.run_id}.other-warm-start")
+                shutil.rmtree(aside, ignore_errors=True)
+                run_dir.rename(aside)
+                self.stop.append(foreign)
+                print(f"sweep: stopping: {run.run_id}: {foreign}", file=sys.stderr)
+            self.bar.update(1)
+
+
+def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = None,
+              progress: bool = True, engine: str = "local", address: str | None = None,
+              done_in: tuple[str, ...] = ()) -> dict:
+    """Run every unfinished run of ``spec`` into ``out_dir``; returns counts.
+
+    Args:
+        spec: a checked spec (``load_spec``). out_dir: the sweep folder.
+        workers: runs at a time (integer >= 1) with engine "local"; each run should use one
+            thread on a small machine. env: extra environment variables for the runs.
+        engine: "local" (subprocesses, ``workers`` at a time) or "ray" (each run a Ray task of
+            one CPU on the cluster at ``address``, None = ``$RAY_ADDRESS`` or a local one; the
+            sweep folder must be on storage every node sees). Same result files either way.
+        done_in: compacted ``curves.jsonl`` files (``results.compact_sweep``) whose runs count
+            as done, so that a sweep continues on a machine that holds only the committed
+            curves of an earlier session, not its run folders. A new run whose initial policy
+            differs from the compacted runs of its cell (``results.same_warm_start``) is
+            failed, its folder set aside as ``<id>.other-warm-start``, and (local engine) no
+            further run starts.
+    Returns:
+        {"total", "skipped", "compacted", "finished", "failed"}: "skipped" counts every run
+        not run now, "compacted" those of them found only in ``done_in``.
+    """
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if engine not in SWEEP_ENGINES:
+        raise ValueError(f"engine must be one of {list(SWEEP_ENGINES)}, got {engine!r}")
+    if address is not None and engine != "ray":
+        raise ValueError("address needs engine='ray'")
+    compacted = compacted_runs(done_in)  # a bad file is refused before the folder is made
+    out = Path(out_dir)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    runs = expand(spec)
+    write_json(str(out / "sweep.json"), {"spec": spec, "runs": [r.__dict__ for r in runs]})
+    in_folder = {r.run_id for r in runs if is_done(out / "runs" / r.run_id)}
+    todo = [r for r in runs if r.run_id not in in_folder | compacted.keys()]
+    counts = {"total": len(runs), "skipped": len(runs) - len(todo),
+              "compacted": len({r.run_id for r in runs} & compacted.keys() - in_folder),
+              "finished": 0, "failed": 0}
+    run_env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
+
+    def prepare(run: RunSpec):
+        run_dir = out / "runs" / run.run_id
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        log_path = out / "logs" / f"{run.run_id}.log"
+        log_path.parent.mkdir(exist_ok=True)
+        return _command(spec, run, run_dir), log_path
+
+    def one(run: RunSpec):
+        if books.stop:
+            return
+        cmd, log_path = prepare(run)
+        with open(log_path, "a") as log:
+            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env)
+        books.finish(run, cmd, log_path, rc)
+
+    books = _Books(out=out, runs=runs, compacted=compacted, counts=counts,
+                   bar=tqdm(total=len(runs), initial=counts["skipped"], desc="sweep",
+                            unit="run", disable=not progress))
+    try:
+        if engine == "ray":
+            _on_ray(todo, prepare, books.finish, address, run_env)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(one, todo))
+    finally:
+        books.bar.close()
+        write_results(out, collect(out, runs))
+        atomic_write(str(out / "failures.jsonl"),
+                     lambda fh: fh.writelines(json.dumps(f) + "\n" for f in books.failures))
+    return counts
+
+
+def main(argv=None) -> int:
+    """Command line entry: ``sweep --spec SPEC.yaml --out DIR [--workers K]``."""
+    p = Parser(prog="llm_experiments sweep", description=__doc__.splitlines()[0])
+    p.add_argument("--spec", required=True, help="sweep spec (YAML)")
+    p.add_argument("--out", type=output_dir, required=True,
+                   help="sweep folder (created; rerun to continue)")
+    p.add_argument("--workers", type=integer(1), default=1,
+                   help="runs at a time (>= 1, default 1)")
+    p.add_argument("--engine", choices=SWEEP_ENGINES, default="local",
+                   help="local subprocesses (default) or one Ray task per run")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster address for --engine ray (default $RAY_ADDRESS, else a "
+                        "local cluster)")
+    p.add_argument("--done-in", type=existing_file, nargs="+", default=[], metavar="CURVES",
+                   help="compacted curves.jsonl whose runs count as done (continue a sweep "
+                        "from the committed curves of an earlier machine)")
+    args = p.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+        check_configs(spec)
+        counts = run_sweep(spec, args.out, workers=args.workers, engine=args.engine,
+                           address=args.address, done_in=tuple(args.done_in))
+    except ValueError as exc:
+        return p.report(exc)
+    print(f"sweep: {counts['total']} runs, {counts['skipped']} already done "
+          f"({counts['compacted']} of them only in --done-in), "
+          f"{counts['finished']} finished now, {counts['failed']} failed; results in "
+          f"{Path(args.out) / 'results.jsonl'}")
+    return 1 if counts["failed"] else 0

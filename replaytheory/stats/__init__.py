@@ -1,0 +1,1 @@
+"""Reading learning curves and bootstrap verdicts over seeds (theory.md section 8.3)."""
