@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llm_experiments.study.sweep import expand, load_spec, run_id, run_sweep
+from llm_experiments.study.sweep import SweepCounts, expand, load_spec, run_id, run_sweep
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_run.py"))]
 
@@ -46,21 +46,21 @@ def test_sweep_runs_all_and_skips_finished(tmp_path):
     spec = load_spec(write_spec(tmp_path))
     out = tmp_path / "sweep"
     counts = run_sweep(spec, str(out), workers=2, env={"FAKE_SLEEP": "0"}, progress=False)
-    assert counts == {"total": 6, "skipped": 0, "compacted": 0, "finished": 6, "failed": 0}
+    assert counts == SweepCounts(total=6, skipped=0, compacted=0, finished=6, failed=0)
     rows = [json.loads(line) for line in open(out / "results.jsonl")]
     assert len(rows) == 6 and {r["set.seed"] for r in rows} == {0, 1, 2}
     assert (out / "results.csv").read_text().startswith("run_id,")
     again = run_sweep(spec, str(out), workers=2, progress=False)
-    assert again["skipped"] == 6 and again["finished"] == 0
+    assert again.skipped == 6 and again.finished == 0
 
 
 def test_failures_are_recorded_and_retried(tmp_path):
     spec = load_spec(write_spec(tmp_path, cells=[{"fail": 1}], grid={"seed": [0]}))
     out = tmp_path / "sweep"
     counts = run_sweep(spec, str(out), env={"FAKE_SLEEP": "0"}, progress=False)
-    assert counts["failed"] == 1
+    assert counts.failed == 1
     assert json.loads((out / "failures.jsonl").read_text())["returncode"] == 3
-    assert run_sweep(spec, str(out), env={"FAKE_SLEEP": "0"}, progress=False)["failed"] == 1
+    assert run_sweep(spec, str(out), env={"FAKE_SLEEP": "0"}, progress=False).failed == 1
 
 
 def test_kill_mid_sweep_then_resume_loses_and_redoes_nothing(tmp_path):
@@ -87,7 +87,7 @@ def test_kill_mid_sweep_then_resume_loses_and_redoes_nothing(tmp_path):
     finished_before = {p.parent.name for p in runs_dir.glob("*/summary.json")}
     assert finished_before and len(finished_before) < 6
     counts = run_sweep(load_spec(spec_path), str(out), env={"FAKE_SLEEP": "0"}, progress=False)
-    assert counts["skipped"] == len(finished_before) and counts["failed"] == 0
+    assert counts.skipped == len(finished_before) and counts.failed == 0
     for run_dir in runs_dir.iterdir():
         steps = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
         assert steps == [1, 2, 3, 4]  # nothing lost, nothing duplicated
@@ -129,7 +129,7 @@ def test_sweep_continues_from_compacted_curves_on_another_machine(tmp_path):
     new = tmp_path / "new_machine"
     counts = run_sweep(spec, str(new), env={"FAKE_SLEEP": "0"}, progress=False,
                        done_in=(str(curves),))
-    assert counts == {"total": 4, "skipped": 2, "compacted": 2, "finished": 2, "failed": 0}
+    assert counts == SweepCounts(total=4, skipped=2, compacted=2, finished=2, failed=0)
     assert {d.name for d in (new / "runs").iterdir()} == {
         r.run_id for r in expand(spec) if r.overrides["seed"] == 1}
     for run_dir in (new / "runs").iterdir():
@@ -158,7 +158,7 @@ def test_a_machine_with_another_warm_start_stops_instead_of_joining_the_grid(tmp
     out = tmp_path / "sweep"
     counts = run_sweep(spec, str(out), env={"FAKE_SLEEP": "0"}, progress=False,
                        done_in=(str(curves),))
-    assert counts["finished"] == 0 and counts["failed"] == 1
+    assert counts.finished == 0 and counts.failed == 1
     failure = json.loads((out / "failures.jsonl").read_text())
     assert "warm start differs" in failure["reason"]
     assert [d.name.endswith(".other-warm-start") for d in (out / "runs").iterdir()] == [True]
@@ -176,7 +176,7 @@ def test_a_grid_reuses_the_identical_runs_of_another_sweep(tmp_path):
     new = tmp_path / "new"
     counts = run_sweep(spec, str(new), env={"FAKE_SLEEP": "0"}, progress=False,
                        done_in=(str(old_curves),))
-    assert (counts["compacted"], counts["finished"]) == (1, 1)
+    assert (counts.compacted, counts.finished) == (1, 1)
     for run_dir in (new / "runs").iterdir():
         _finish_like_the_harness(run_dir, 0)
     curves = tmp_path / "curves.jsonl"
@@ -204,7 +204,7 @@ def test_compacted_curves_gzip_reproducibly_and_every_reader_takes_them(tmp_path
     new = tmp_path / "new_machine"
     counts = run_sweep(spec, str(new), env={"FAKE_SLEEP": "0"}, progress=False,
                        done_in=(str(packed),))
-    assert counts["skipped"] == 2 and counts["finished"] == 2
+    assert counts.skipped == 2 and counts.finished == 2
     for run_dir in (new / "runs").iterdir():
         _finish_like_the_harness(run_dir, 1)
     assert compact_sweep(str(new), str(packed), keep=[str(packed)]) == 4

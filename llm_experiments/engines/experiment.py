@@ -27,14 +27,14 @@ import numpy as np
 import torch
 
 from . import checkpoint
-from ..rl.buffer import Rollout, RolloutBuffer
+from ..rl.buffer import HeldRollouts, Rollout, RolloutBuffer
 from ..config import Config, save_config
 from ..policy.direct import supports
 from .loop import RunBooks, StepResult, fill_and_draw, run_loop
 from ..policy.kernels import use_onednn_linear
 from .metrics import evaluate
 from ..policy.models import encode_prompt, load_policy, param_count, weights_sha256
-from ..probing.probes import Prober, RunCounts, RunView
+from ..probing.probes import Prober, RunCounts
 from ..samplers import WeightUpdate, make_sampler
 from ..rl.schedule import ComputeClock, Production, WeightStore
 from .seeds import EVAL_STREAM, derived_seed
@@ -71,25 +71,7 @@ class Experiment(PolicyTrainer):
         self._prompt_ids: dict[int, list[int]] = {}
         self.eval_prompts = [self.encode(p) for p in self.task.eval_problems]
         probing = cfg.probe.every or cfg.probe.panel_groups
-        self.prober = Prober(cfg, self._run_view()) if probing else None
-
-    def _run_view(self) -> RunView:
-        """What the prober may read of this run (``probes.RunView``)."""
-        return RunView(
-            model=self.model, pad_id=self.tokenizer.pad_token_id,
-            eos_id=self.tokenizer.eos_token_id, device=self.device,
-            loss_kwargs=self.loss_kwargs, out_dir=self.out,
-            buffer_capacity=self.buffer.index.capacity,
-            rollouts_per_step=lambda: self.production.rollouts_per_step,
-            sample_problems=self.task.sample_train, encode=self.encode,
-            make_rollouts=self.make_rollouts, current_weights=self.current_weights,
-            snapshot_versions=lambda: set(self.weights.snapshots),
-            snapshot=self.weights.update, buffer_versions=lambda: self.buffer.versions(),
-            # Late-bound: resuming replaces self.buffer after this view is built.
-            probe_groups=lambda *a: self.buffer.probe_groups(*a),
-            counts=lambda: RunCounts(self.clock.generated, self.books.consumed,
-                                     self.clock.steps, self.clock.mu_time(),
-                                     self.books.mu_accounting()))
+        self.prober = Prober(cfg, self) if probing else None
 
     # ---- messages between the parts ---------------------------------------------------------
 
@@ -136,6 +118,49 @@ class Experiment(PolicyTrainer):
         self.books.count_made([r.reward for r in out], seconds,
                               sum(len(p) for p in prompts) + gen.lengths.sum())
         return out
+
+    # ---- what the probes read (``probes.RunView``) -----------------------------------------
+
+    @property
+    def probe_dir(self) -> str:
+        """The run folder (``probes.npz`` goes there)."""
+        return self.out
+
+    @property
+    def buffer_capacity(self) -> int:
+        """N, in rollouts."""
+        return self.buffer.index.capacity
+
+    def rollouts_per_step(self) -> float:
+        """R > 0, the schedule's new rollouts per trainer step."""
+        return self.production.rollouts_per_step
+
+    def sample_problems(self, n: int, rng: np.random.Generator) -> list:
+        """``n`` training problems drawn with ``rng``."""
+        return self.task.sample_train(n, rng)
+
+    def snapshot_versions(self) -> set[int]:
+        """The weight versions kept as snapshots."""
+        return set(self.weights.snapshots)
+
+    def snapshot(self, version: int) -> WeightUpdate:
+        """A kept version's weights."""
+        return self.weights.update(version)
+
+    def buffer_versions(self) -> np.ndarray:
+        """The weight version of every rollout in the buffer."""
+        return self.buffer.versions()
+
+    def probe_groups(self, group_size: int, versions: set[int], limit: int) -> HeldRollouts:
+        """``RolloutBuffer.probe_groups`` of the buffer."""
+        return self.buffer.probe_groups(group_size, versions, limit)
+
+    def run_counts(self) -> RunCounts:
+        """Rollouts made and drawn, steps taken, mu measured and accounted so far."""
+        return RunCounts(unique_rollouts=self.clock.generated,
+                         samples_consumed=self.books.consumed, steps=self.clock.steps,
+                         mu_measured=self.clock.mu_time(),
+                         mu_accounting=self.books.mu_accounting())
 
     # ---- evaluation ---------------------------------------------------------------------------
 

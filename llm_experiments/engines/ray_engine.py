@@ -77,7 +77,7 @@ from ..rl.trainer import PolicyTrainer, grade_rollouts
 from ..policy.kernels import use_onednn_linear
 from .metrics import evaluate
 from ..policy.models import encode_prompt, load_policy, param_count, weights_sha256
-from ..probing.probes import Prober, RunCounts, RunView
+from ..probing.probes import Prober, RunCounts
 from ..samplers import WeightUpdate, make_sampler
 from ..rl.schedule import ComputeClock, WeightStore
 from .seeds import BUFFER_STREAM, DELAY_STREAM, EVAL_STREAM, derived_seed
@@ -303,23 +303,48 @@ class TrainerRank(PolicyTrainer):
         self._prompt_ids: dict[int, list[int]] = {}
         self._version, self._probed = 0, None
         # What only the driver knows, given with ``probes()`` before the tables are built.
-        self._counts, self._rate = RunCounts(0, 0, 0, None, None), float("nan")
-        self.prober = Prober(self.cfg, RunView(
-            model=self.model, pad_id=self.tokenizer.pad_token_id,
-            eos_id=self.tokenizer.eos_token_id, device=self.device,
-            loss_kwargs=self.loss_kwargs, out_dir=out_dir,
-            buffer_capacity=self.cfg.buffer.capacity, rollouts_per_step=lambda: self._rate,
-            sample_problems=self.task.sample_train, encode=self.encode,
-            make_rollouts=self.make_rollouts,
-            current_weights=lambda: WeightUpdate(self._version, self.model.state_dict()),
-            snapshot_versions=lambda: set(self.snapshots.snapshots),
-            snapshot=self.snapshots.update,
-            buffer_versions=lambda: ray.get(self.buffer.versions.remote()),
-            probe_groups=lambda *a: ray.get(self.buffer.probe_groups.remote(*a)),
-            counts=lambda: self._counts))
+        self._counts = RunCounts(unique_rollouts=0, samples_consumed=0, steps=0,
+                                 mu_measured=None, mu_accounting=None)
+        self._rate = float("nan")
+        self.probe_dir, self.buffer_capacity = out_dir, self.cfg.buffer.capacity
+        self.prober = Prober(self.cfg, self)
         if state is not None:
             self.prober.load_state_dict(state["prober"])
             self.snapshots.snapshots = state["weights"]
+
+    # What the probes read besides the model, tokenizer, device and loss (``probes.RunView``).
+
+    def rollouts_per_step(self) -> float:
+        """The run's measured R, given by the driver with ``probes()``."""
+        return self._rate
+
+    def sample_problems(self, n: int, rng: np.random.Generator) -> list:
+        """``n`` training problems drawn with ``rng``."""
+        return self.task.sample_train(n, rng)
+
+    def current_weights(self) -> WeightUpdate:
+        """The weights now, as version ``_version`` (the step last kept)."""
+        return WeightUpdate(self._version, self.model.state_dict())
+
+    def snapshot_versions(self) -> set[int]:
+        """The weight versions kept on this rank."""
+        return set(self.snapshots.snapshots)
+
+    def snapshot(self, version: int) -> WeightUpdate:
+        """A kept version's weights."""
+        return self.snapshots.update(version)
+
+    def buffer_versions(self) -> np.ndarray:
+        """The weight version of every rollout in the buffer actor (one message)."""
+        return ray.get(self.buffer.versions.remote())
+
+    def probe_groups(self, group_size: int, versions: set[int], limit: int) -> HeldRollouts:
+        """``BufferHolder.probe_groups`` of the buffer actor (one message)."""
+        return ray.get(self.buffer.probe_groups.remote(group_size, versions, limit))
+
+    def run_counts(self) -> RunCounts:
+        """The driver's counts, given with ``probes()``."""
+        return self._counts
 
     def encode(self, problem) -> list[int]:
         """Prompt token ids of a problem (cached per problem id)."""
@@ -815,8 +840,9 @@ class RayRun:
         if not self.cfg.probe.every:
             return None
         c = self.books.clock
-        counts = RunCounts(c.generated, self.books.consumed, c.steps, c.mu_time(),
-                           self.books.mu_accounting())
+        counts = RunCounts(unique_rollouts=c.generated, samples_consumed=self.books.consumed,
+                           steps=c.steps, mu_measured=c.mu_time(),
+                           mu_accounting=self.books.mu_accounting())
         probes, state = self._get([
             self.trainers[0].probes.remote(counts, c.generated / max(c.steps, 1)),
             self.trainers[0].probe_state.remote()], "trainer0")

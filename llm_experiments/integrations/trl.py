@@ -52,12 +52,12 @@ from trl import GRPOTrainer
 from replaytheory import checks
 from replaytheory.buffer import SAMPLING_MODES
 
-from ..rl.buffer import Rollout, RolloutBuffer
+from ..rl.buffer import HeldRollouts, Rollout, RolloutBuffer
 from ..config import from_dict
 from ..engines.loop import RunBooks, fill_and_draw
 from ..rl.gradients import flat_grad
 from ..policy.models import param_count
-from ..probing.probes import Prober, RunCounts, RunView
+from ..probing.probes import Prober, RunCounts
 from ..samplers import WeightUpdate
 from ..rl.schedule import ComputeClock, Production, WeightStore
 
@@ -501,7 +501,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
 @dataclass(frozen=True)
 class ProbeSource:
-    """What gradient-noise probes need beyond the trainer (``probes.RunView``'s task part).
+    """What gradient-noise probes need beyond the trainer (the task part of ``TrainerRun``).
 
     cfg: a harness ``Config`` whose ``probe``, ``sampler``, ``schedule.group_size`` and
     ``run.seed`` sections set the probes (theory.md section 4). loss_kwargs: keyword
@@ -516,6 +516,63 @@ class ProbeSource:
     sample_problems: object
     encode: object
     make_rollouts: object
+
+
+class TrainerRun:
+    """A ``ReplayGRPOTrainer`` run as the probes read it (``probes.RunView``): its policy,
+    tokenizer, device and buffer, the task part from a ``ProbeSource`` (``source``), the weight
+    snapshots the ``CalibrationCallback`` keeps (``weights``, a ``schedule.WeightStore``), and
+    ``probe_dir``, the folder ``probes.npz`` goes in."""
+
+    def __init__(self, trainer: ReplayGRPOTrainer, source: ProbeSource, weights: WeightStore,
+                 probe_dir: str):
+        self.trainer, self.source, self.weights = trainer, source, weights
+        self.model, self.tokenizer = trainer.model, trainer.processing_class
+        self.device, self.loss_kwargs = trainer.accelerator.device, source.loss_kwargs
+        self.probe_dir, self.buffer_capacity = probe_dir, trainer.buffer.index.capacity
+
+    def rollouts_per_step(self) -> float:
+        """R > 0, the trainer's new rollouts per step."""
+        return self.trainer.production.rollouts_per_step
+
+    def sample_problems(self, n: int, rng: np.random.Generator) -> list:
+        """``n`` training problems drawn with ``rng`` (``ProbeSource.sample_problems``)."""
+        return self.source.sample_problems(n, rng)
+
+    def encode(self, problem) -> list[int]:
+        """A problem's prompt token ids (``ProbeSource.encode``)."""
+        return self.source.encode(problem)
+
+    def make_rollouts(self, problems, gen, version: int, first_item: int,
+                      first_group: int) -> list[Rollout]:
+        """Graded rollouts of a probe's generation (``ProbeSource.make_rollouts``)."""
+        return self.source.make_rollouts(problems, gen, version, first_item, first_group)
+
+    def current_weights(self) -> WeightUpdate:
+        """The trainer's weights, version = its global step."""
+        return WeightUpdate(self.trainer.state.global_step, self.trainer.model.state_dict())
+
+    def snapshot_versions(self) -> set[int]:
+        """The weight versions the callback keeps."""
+        return set(self.weights.snapshots)
+
+    def snapshot(self, version: int) -> WeightUpdate:
+        """A kept version's weights."""
+        return self.weights.update(version)
+
+    def buffer_versions(self) -> np.ndarray:
+        """The weight version of every rollout in the trainer's buffer."""
+        return self.trainer.buffer.versions()
+
+    def probe_groups(self, group_size: int, versions: set[int], limit: int) -> HeldRollouts:
+        """``RolloutBuffer.probe_groups`` of the trainer's buffer."""
+        return self.trainer.buffer.probe_groups(group_size, versions, limit)
+
+    def run_counts(self) -> RunCounts:
+        """Rollouts made and drawn, steps taken and the measured mu (no accounting mu)."""
+        c = self.trainer.clock
+        return RunCounts(unique_rollouts=c.generated, samples_consumed=self.trainer.consumed,
+                         steps=c.steps, mu_measured=c.mu_time(), mu_accounting=None)
 
 
 class CalibrationCallback(TrainerCallback):
@@ -545,29 +602,11 @@ class CalibrationCallback(TrainerCallback):
             self.every = probes.cfg.probe.every
             if self.every < 1:
                 raise ValueError(f"probe.every must be >= 1 with probes, got {self.every}")
-            self.prober = Prober(probes.cfg, self._run_view(probes, out_dir))
+            self.prober = Prober(probes.cfg, TrainerRun(trainer, probes, self.weights, out_dir))
 
     def mu(self) -> float | None:
         """The measured mu so far (None before the first step)."""
         return self.trainer.clock.mu_time()
-
-    def _run_view(self, src: ProbeSource, out_dir: str) -> RunView:
-        t = self.trainer
-        tok = t.processing_class
-        return RunView(
-            model=t.model, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id,
-            device=t.accelerator.device, loss_kwargs=src.loss_kwargs, out_dir=out_dir,
-            buffer_capacity=t.buffer.index.capacity,
-            rollouts_per_step=lambda: t.production.rollouts_per_step,
-            sample_problems=src.sample_problems, encode=src.encode,
-            make_rollouts=src.make_rollouts,
-            current_weights=lambda: WeightUpdate(t.state.global_step, t.model.state_dict()),
-            snapshot_versions=lambda: set(self.weights.snapshots),
-            snapshot=lambda version: self.weights.update(version),
-            buffer_versions=lambda: t.buffer.versions(),
-            probe_groups=lambda *a: t.buffer.probe_groups(*a),
-            counts=lambda: RunCounts(t.clock.generated, t.consumed, t.clock.steps,
-                                     t.clock.mu_time(), None))
 
     def on_step_begin(self, args, state, control, **kwargs):
         t = self.trainer

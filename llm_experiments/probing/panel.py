@@ -157,7 +157,7 @@ class PanelProbe:
     def _kept(self, rollouts, grads, unclipped) -> list[dict]:
         """Per sequence: kept share of the unclipped gradient, clip fraction, mean ratio."""
         run, kw = self.prober.run, self.prober.run.loss_kwargs
-        batch = collate(rollouts, run.pad_id, run.device)
+        batch = collate(rollouts, self.prober.pad_id, run.device)
         with torch.no_grad():
             logp, entropy = token_logprobs(run.model(input_ids=batch.input_ids).logits, batch,
                                            self.cfg.sampler.temperature)

@@ -50,8 +50,8 @@ of linear combinations of gradients, and E[<S a, S b>] = <a, b>, so each stays u
 standard deviation at most sqrt(2 / k) ||a|| ||b|| (theory.md section 8.1.1); ratios (cosines,
 kept shares) are consistent, not unbiased. Weights (drift, theta) stay exact.
 
-The prober sees the run only through a ``RunView`` (built by ``Experiment``, by trainer rank 0
-of the Ray engine, and by the TRL callback): the policy, the buffer's rollouts and weight
+The prober sees the run only through a ``RunView`` (implemented by ``Experiment``, by trainer
+rank 0 of the Ray engine, and by the TRL callback's ``TrainerRun``): the policy, the buffer's rollouts and weight
 snapshots (read only, as messages: the buffer may live in another process), prompt encoding and
 grading, and the run's counts. The columns that depend on the run's rate R are filled when the
 tables are written, so a run whose rate comes from the clock carries one R in every row.
@@ -62,8 +62,8 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -124,46 +124,60 @@ class Reference:
     grad_sq: float
 
 
-@dataclass(frozen=True)
-class RunView:
-    """What the prober reads of a live run. Callables, not copies: the run replaces its
+@runtime_checkable
+class RunView(Protocol):
+    """What the prober reads of a live run: each engine implements these members (the
+    emulated ``Experiment``, the Ray engine's trainer rank 0, the TRL callback's
+    ``integrations.trl.TrainerRun``). Read on every call, not copied: the run replaces its
     buffer and snapshots on resume, and they change every step.
 
     model: the trainer's policy (probes differentiate at its weights, never write them).
-    pad_id, eos_id: the tokenizer's padding and end-of-sequence ids. device: the model's.
+    tokenizer: its tokenizer (``pad_token_id``, ``eos_token_id``). device: the model's.
     loss_kwargs: keyword arguments of ``losses.policy_loss`` (the training loss).
-    out_dir: the run folder (``probes.npz`` goes there). buffer_capacity: N, in rollouts.
-    rollouts_per_step(): R > 0, new rollouts per trainer step (section 4): the schedule's
-    rate, or, where it comes from the clock, the rate measured so far; read when the tables
-    are written (``Prober.probe_set``).
-    sample_problems(n, rng): n training problems drawn with ``rng``.
-    encode(problem): its prompt token ids.
-    make_rollouts(problems, gen, version, first_item, first_group): graded rollouts with
-    group advantages (section 6) of a generation made with weight ``version``.
-    current_weights(): the trainer's weights now. snapshot_versions(): the versions kept.
-    snapshot(version): a kept version's weights. buffer_versions(): the weight version of
-    every rollout the buffer holds. probe_groups(group_size, versions, limit): the buffer
-    groups the probes read, with insertion steps and use counts
-    (``RolloutBuffer.probe_groups``). counts(): the run's ``RunCounts``.
+    probe_dir: the folder ``probes.npz`` goes in. buffer_capacity: N, in rollouts.
     """
 
     model: torch.nn.Module
-    pad_id: int
-    eos_id: int
+    tokenizer: object
     device: torch.device
     loss_kwargs: dict
-    out_dir: str
+    probe_dir: str
     buffer_capacity: int
-    rollouts_per_step: Callable[[], float]
-    sample_problems: Callable[[int, np.random.Generator], list]
-    encode: Callable[[object], list[int]]
-    make_rollouts: Callable[[list, Generation, int, int, int], list[Rollout]]
-    current_weights: Callable[[], WeightUpdate]
-    snapshot_versions: Callable[[], set[int]]
-    snapshot: Callable[[int], WeightUpdate]
-    buffer_versions: Callable[[], np.ndarray]
-    probe_groups: Callable[[int, set[int], int], HeldRollouts]
-    counts: Callable[[], RunCounts]
+
+    def rollouts_per_step(self) -> float:
+        """R > 0, new rollouts per trainer step (section 4): the schedule's rate, or, where it
+        comes from the clock, the rate measured so far; read when the tables are written
+        (``Prober.probe_set``)."""
+
+    def sample_problems(self, n: int, rng: np.random.Generator) -> list:
+        """``n`` >= 0 training problems drawn with ``rng``."""
+
+    def encode(self, problem) -> list[int]:
+        """The prompt token ids of ``problem``."""
+
+    def make_rollouts(self, problems: list, gen: Generation, version: int, first_item: int,
+                      first_group: int) -> list[Rollout]:
+        """Graded rollouts with group advantages (section 6) of a generation made with weight
+        ``version``, items and groups numbered from ``first_item`` and ``first_group``."""
+
+    def current_weights(self) -> WeightUpdate:
+        """The trainer's weights now."""
+
+    def snapshot_versions(self) -> set[int]:
+        """The weight versions (steps) kept as snapshots."""
+
+    def snapshot(self, version: int) -> WeightUpdate:
+        """A kept version's weights."""
+
+    def buffer_versions(self) -> np.ndarray:
+        """The weight version of every rollout the buffer holds."""
+
+    def probe_groups(self, group_size: int, versions: set[int], limit: int) -> HeldRollouts:
+        """At most ``limit`` buffer groups of ``group_size`` made with kept ``versions``, with
+        insertion steps and use counts (``RolloutBuffer.probe_groups``)."""
+
+    def run_counts(self) -> RunCounts:
+        """The run's counts so far."""
 
 
 class Prober:
@@ -172,7 +186,8 @@ class Prober:
 
     def __init__(self, cfg: Config, run: RunView):
         self.cfg, self.run = cfg, run
-        self.sampler = HFSampler(run.model, run.eos_id, run.pad_id,
+        self.pad_id = run.tokenizer.pad_token_id
+        self.sampler = HFSampler(run.model, run.tokenizer.eos_token_id, self.pad_id,
                                  direct=cfg.run.direct_forward)
         self.rows: dict[str, list[dict]] = {name: [] for name in SCHEMA}
         self.seconds = 0.0
@@ -230,7 +245,7 @@ class Prober:
             cols = cols + EXTRA.get(name, ())
             rows = [{**r, **self._rate_columns(name, r, rate)} for r in self.rows[name]]
             tables[name] = {c: np.array([r[c] for r in rows], dtype=float) for c in cols}
-        c, sc = self.run.counts(), self.cfg.schedule
+        c, sc = self.run.run_counts(), self.cfg.schedule
         counts = {"unique_rollouts": c.unique_rollouts, "samples_consumed": c.samples_consumed,
                   "workers": sc.workers, "trainers": sc.trainers, "steps": c.steps}
         for key, val in (("mu_measured", c.mu_measured), ("mu_accounting", c.mu_accounting)):
@@ -252,7 +267,7 @@ class Prober:
 
     def save(self) -> None:
         """Write ``probes.npz`` in the run folder, atomically."""
-        self.probe_set().save(os.path.join(self.run.out_dir, "probes.npz"))
+        self.probe_set().save(os.path.join(self.run.probe_dir, "probes.npz"))
 
     # ---- gradients ----------------------------------------------------------------------------
 
@@ -263,7 +278,7 @@ class Prober:
         params = [p for p in r.model.parameters() if p.requires_grad]
         out = []
         for rollouts in groups:
-            batch = collate(rollouts, r.pad_id, r.device)
+            batch = collate(rollouts, self.pad_id, r.device)
             logp, _ = token_logprobs(r.model(input_ids=batch.input_ids).logits, batch,
                                      self.cfg.sampler.temperature)
             loss = policy_loss(logp, batch, **r.loss_kwargs).mean()
@@ -277,7 +292,7 @@ class Prober:
         ``loss_kwargs``) at the current weights (or at ``params``, {name: tensor}); (n, k)
         sketches with ``probe.sketch_dim`` = k > 0."""
         r = self.run
-        batch = collate(rollouts, r.pad_id, r.device)
+        batch = collate(rollouts, self.pad_id, r.device)
         return torch.cat([g for _, g in per_sample_grads(
             r.model, batch, r.loss_kwargs if loss_kwargs is None else loss_kwargs,
             self.cfg.sampler.temperature, self.cfg.probe.chunk, params, self.project)])
@@ -455,7 +470,7 @@ class Prober:
         without gradient (zero advantage) keeps everything: contribution 1, sq_unclip 0."""
         r, kw = self.run, self.run.loss_kwargs
         unclipped = self.seq_grads(rollouts, loss_kwargs={**kw, "loss": "grpo_unclipped"})
-        batch = collate(rollouts, r.pad_id, r.device)
+        batch = collate(rollouts, self.pad_id, r.device)
         with torch.no_grad():
             logp, entropy = token_logprobs(r.model(input_ids=batch.input_ids).logits, batch,
                                            self.cfg.sampler.temperature)

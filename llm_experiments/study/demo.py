@@ -216,7 +216,7 @@ def run_demo(out: str, mu: float = 6.84, steps: int = 150, workers: int = 2,
         spec = calibration_spec("cpu_tiny", base, CALIBRATION_STEPS, CALIBRATION_HORIZON,
                                 seeds=1)
         counts = run_sweep(spec, cal_dir, workers=1, progress=False)
-    if counts["failed"]:
+    if counts.failed:
         raise RuntimeError(f"the calibration run failed: see {cal_dir}/logs")
     with _phase_bar("prediction", 1, progress) as bar:
         probes = load_probes(_probe_files(cal_dir))
@@ -229,8 +229,8 @@ def run_demo(out: str, mu: float = 6.84, steps: int = 150, workers: int = 2,
     runs_dir = os.path.join(out, "runs")
     with _following(runs_dir, "training runs", steps, len(spec["cells"]), progress):
         counts = run_sweep(spec, runs_dir, workers=workers, progress=False)
-    if counts["failed"]:
-        raise RuntimeError(f"{counts['failed']} demo run(s) failed: see {runs_dir}/logs")
+    if counts.failed:
+        raise RuntimeError(f"{counts.failed} demo run(s) failed: see {runs_dir}/logs")
     curves = os.path.join(out, "curves.jsonl")
     compact_sweep(runs_dir, curves)
     summary = _summarise(load_runs(curves), cal, design, mu, (x, y))

@@ -122,8 +122,8 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
     cal_dir = os.path.join(out, "calibration")
     counts = run_sweep(calibration_spec(config, overrides, steps, horizon, seeds), cal_dir,
                        workers=workers, progress=progress)
-    if counts["failed"]:
-        raise RuntimeError(f"{counts['failed']} calibration run(s) failed: see "
+    if counts.failed:
+        raise RuntimeError(f"{counts.failed} calibration run(s) failed: see "
                            f"{cal_dir}/logs")
     fit = ProbeFit.of(glob.glob(os.path.join(cal_dir, "runs", "*", "probes.npz")))
     cal = fit.cal

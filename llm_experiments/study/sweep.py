@@ -253,16 +253,32 @@ def _on_ray(todo: list[RunSpec], prepare, finish, address: str | None, env: dict
             ray.shutdown()
 
 
+@dataclass(frozen=True)
+class SweepCounts:
+    """What one ``run_sweep`` call did, in runs (integers >= 0): ``total`` in the spec,
+    ``skipped`` (every run not run now: done before), ``compacted`` (those of the skipped found
+    only in ``done_in``, <= skipped), ``finished`` and ``failed`` now (finished + failed <=
+    total - skipped; less when the sweep stopped early)."""
+
+    total: int
+    skipped: int
+    compacted: int
+    finished: int
+    failed: int
+
+
 @dataclass
 class _Books:
-    """What one ``run_sweep`` call books as its runs end: the counts, the results table, the
-    failures, why no further run starts (``stop``, the local engine) and the progress bar."""
+    """What one ``run_sweep`` call books as its runs end: runs finished and failed, the results
+    table, the failures, why no further run starts (``stop``, the local engine) and the
+    progress bar."""
 
     out: Path
     runs: list
     compacted: dict
-    counts: dict
     bar: object
+    finished: int = 0
+    failed: int = 0
     failures: list = field(default_factory=list)
     stop: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -276,10 +292,10 @@ class _Books:
             foreign = foreign_warm_start(run, run_dir, self.compacted) \
                 if rc == 0 and is_done(run_dir) else ""
             if rc == 0 and is_done(run_dir) and not foreign:
-                self.counts["finished"] += 1
+                self.finished += 1
                 write_results(self.out, collect(self.out, self.runs))
             else:
-                self.counts["failed"] += 1
+                self.failed += 1
                 self.failures.append({"run_id": run.run_id, "returncode": rc,
                                       "log": str(log_path), "command": cmd,
                                       **({"reason": foreign} if foreign else {})})
@@ -294,8 +310,8 @@ class _Books:
 
 def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = None,
               progress: bool = True, engine: str = "local", address: str | None = None,
-              done_in: tuple[str, ...] = ()) -> dict:
-    """Run every unfinished run of ``spec`` into ``out_dir``; returns counts.
+              done_in: tuple[str, ...] = ()) -> SweepCounts:
+    """Run every unfinished run of ``spec`` into ``out_dir``; returns what it did.
 
     Args:
         spec: a checked spec (``load_spec``). out_dir: the sweep folder.
@@ -311,8 +327,8 @@ def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = 
             failed, its folder set aside as ``<id>.other-warm-start``, and (local engine) no
             further run starts.
     Returns:
-        {"total", "skipped", "compacted", "finished", "failed"}: "skipped" counts every run
-        not run now, "compacted" those of them found only in ``done_in``.
+        ``SweepCounts``: runs in the spec, skipped (not run now), compacted (skipped, found
+        only in ``done_in``), finished and failed now.
     """
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
@@ -327,9 +343,6 @@ def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = 
     write_json(str(out / "sweep.json"), {"spec": spec, "runs": [r.__dict__ for r in runs]})
     in_folder = {r.run_id for r in runs if is_done(out / "runs" / r.run_id)}
     todo = [r for r in runs if r.run_id not in in_folder | compacted.keys()]
-    counts = {"total": len(runs), "skipped": len(runs) - len(todo),
-              "compacted": len({r.run_id for r in runs} & compacted.keys() - in_folder),
-              "finished": 0, "failed": 0}
     run_env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
 
     def prepare(run: RunSpec):
@@ -347,9 +360,10 @@ def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = 
             rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env)
         books.finish(run, cmd, log_path, rc)
 
-    books = _Books(out=out, runs=runs, compacted=compacted, counts=counts,
-                   bar=tqdm(total=len(runs), initial=counts["skipped"], desc="sweep",
-                            unit="run", disable=not progress))
+    skipped = len(runs) - len(todo)
+    books = _Books(out=out, runs=runs, compacted=compacted,
+                   bar=tqdm(total=len(runs), initial=skipped, desc="sweep", unit="run",
+                            disable=not progress))
     try:
         if engine == "ray":
             _on_ray(todo, prepare, books.finish, address, run_env)
@@ -361,7 +375,9 @@ def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = 
         write_results(out, collect(out, runs))
         atomic_write(str(out / "failures.jsonl"),
                      lambda fh: fh.writelines(json.dumps(f) + "\n" for f in books.failures))
-    return counts
+    return SweepCounts(total=len(runs), skipped=skipped,
+                       compacted=len({r.run_id for r in runs} & compacted.keys() - in_folder),
+                       finished=books.finished, failed=books.failed)
 
 
 def main(argv=None) -> int:
@@ -388,8 +404,8 @@ def main(argv=None) -> int:
                            address=args.address, done_in=tuple(args.done_in))
     except ValueError as exc:
         return p.report(exc)
-    print(f"sweep: {counts['total']} runs, {counts['skipped']} already done "
-          f"({counts['compacted']} of them only in --done-in), "
-          f"{counts['finished']} finished now, {counts['failed']} failed; results in "
+    print(f"sweep: {counts.total} runs, {counts.skipped} already done "
+          f"({counts.compacted} of them only in --done-in), "
+          f"{counts.finished} finished now, {counts.failed} failed; results in "
           f"{Path(args.out) / 'results.jsonl'}")
-    return 1 if counts["failed"] else 0
+    return 1 if counts.failed else 0

@@ -72,8 +72,8 @@ def verify(prediction_path: str, out: str, *, seeds: int = 3, workers: int = 2,
     runs_dir = os.path.join(out, "runs")
     counts = run_sweep(grid_spec(prediction, seeds), runs_dir, workers=workers,
                        progress=progress, done_in=done_in)
-    if counts["failed"]:
-        raise RuntimeError(f"{counts['failed']} run(s) failed: see {runs_dir}/logs and "
+    if counts.failed:
+        raise RuntimeError(f"{counts.failed} run(s) failed: see {runs_dir}/logs and "
                            f"{runs_dir}/failures.jsonl; rerun to retry them")
     curves = os.path.join(out, "curves.jsonl")
     compact_sweep(runs_dir, curves, keep=done_in)

@@ -153,7 +153,7 @@ def test_sweep_on_ray_writes_the_usual_files(cluster, tmp_path):
     import yaml
 
     from llm_helpers import SMALL
-    from llm_experiments.study.sweep import load_spec, run_sweep
+    from llm_experiments.study.sweep import SweepCounts, load_spec, run_sweep
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump({
         "config": "cpu_tiny",
@@ -161,12 +161,11 @@ def test_sweep_on_ray_writes_the_usual_files(cluster, tmp_path):
         "grid": {"run.seed": [0]}}))
     out = tmp_path / "sweep"
     counts = run_sweep(load_spec(str(spec_path)), str(out), engine="ray", progress=False)
-    assert counts == {"total": 1, "skipped": 0, "compacted": 0, "finished": 1,
-                      "failed": 0}
+    assert counts == SweepCounts(total=1, skipped=0, compacted=0, finished=1, failed=0)
     rows = [line for line in (out / "results.jsonl").read_text().splitlines() if line]
     assert len(rows) == 1 and (out / "results.csv").exists()
     again = run_sweep(load_spec(str(spec_path)), str(out), engine="ray", progress=False)
-    assert again["skipped"] == 1 and again["finished"] == 0
+    assert again.skipped == 1 and again.finished == 0
 
 
 def test_injected_delay_is_slept_counted_and_reproducible():

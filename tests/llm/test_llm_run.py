@@ -198,6 +198,22 @@ def _trainer(tmp_path, *overrides):
     return Experiment(small_config("eval.every=100", *overrides), str(tmp_path))
 
 
+def test_the_probes_read_the_experiment_itself(tmp_path):
+    """The emulated engine is the probes' ``RunView``; they read it on every call, so a buffer
+    replaced on resume is the one they see."""
+    from llm_experiments.probing.probes import RunView
+    from llm_experiments.rl.buffer import RolloutBuffer
+    exp = _trainer(tmp_path, "probe.every=5")
+    assert isinstance(exp, RunView) and exp.prober.run is exp
+    exp.advance()
+    counts = exp.run_counts()
+    assert counts.steps == 1 and counts.unique_rollouts == exp.clock.generated > 0
+    assert len(exp.buffer_versions()) == counts.unique_rollouts
+    assert 0 in exp.snapshot_versions() and exp.snapshot(0).version == 0
+    exp.buffer = RolloutBuffer.for_config(exp.cfg)
+    assert len(exp.buffer_versions()) == 0
+
+
 def _update(exp, rollouts):
     """(gradient, loss) of one trainer step on ``rollouts``; the weights are put back."""
     before = {k: v.clone() for k, v in exp.model.state_dict().items()}
