@@ -22,6 +22,15 @@ batches hold, and the on-policy queue's.
 
 Run: ``python -m benchmarks.update_cost [--repeats 15] [--threads 1]``; writes
 ``benchmarks/results/update_cost.json``.
+
+With ``--draws``: how the batch is drawn instead (``buffer.sampling``). Buffers of horizon
+x = 4 / 16 / 64 (y = 1: x B rollouts, x B / G distinct real groups, 512 generated once) are
+drawn from rollout by rollout (``with_replacement``) and by whole groups
+(``groups_with_replacement``, theory.md section 11.9), and one real update of each draw is
+timed against an on-policy batch (8 fresh groups), per layout ("shared_prompts", the
+default, and "auto"), all interleaved (order rotating every repeat): median seconds, ratio to
+the same layout's on-policy median, paired ratios' spread, distinct prompts per batch.
+Writes ``benchmarks/results/update_cost_draws.json``.
 """
 
 from __future__ import annotations
@@ -43,6 +52,10 @@ DISTINCT = (8, 16, 32, 64)
 LAYOUTS = ("shared_prompts", "auto", "sequences")
 HORIZONS = (4, 16, 64, 256)
 PARTS = ("collate", "forward", "prompt_encoding", "backward", "optimizer", "stats")
+# --draws: how a batch is drawn (replaytheory.buffer.SAMPLING_MODES), at y = 1.
+DRAWS = {"rollouts": "with_replacement", "groups": "groups_with_replacement"}
+DRAW_HORIZONS = (4, 16, 64)
+DRAW_LAYOUTS = ("shared_prompts", "auto")
 
 
 def compose(groups: list, distinct: int, rng: np.random.Generator) -> list:
@@ -181,6 +194,84 @@ def buffer_costs(rollouts: list, batch: int, draws: int, seed: int) -> list[dict
     return out
 
 
+def draw_buffers(groups: list, batch: int) -> dict:
+    """(draws, x) -> a ``RolloutBuffer`` of capacity x ``batch`` (y = 1) in each ``DRAWS``
+    mode, full with the first x batch / G of ``groups`` (distinct real groups, renumbered)."""
+    from llm_experiments.rl.buffer import RolloutBuffer
+    g = len(groups[0])
+    out = {}
+    for x in DRAW_HORIZONS:
+        held = [dataclasses.replace(r, item_id=k * g + j, group_id=k)
+                for k, grp in enumerate(groups[:x * batch // g]) for j, r in enumerate(grp)]
+        if len(held) < x * batch:
+            raise ValueError(f"horizon {x} needs {x * batch // g} groups, got {len(groups)}")
+        for draws, mode in DRAWS.items():
+            out[(draws, x)] = RolloutBuffer(x * batch, sampling=mode, group_size=g)
+            out[(draws, x)].add(held, 0)
+    return out
+
+
+def time_draws(exp, groups, buffers: dict, repeats: int, seed: int) -> dict:
+    """(layout, draws, x) -> per repeat {"total": seconds of one update, "distinct":
+    distinct prompts of its batch}; draws "on_policy" (x = 0) is 8 random fresh groups."""
+    rng = np.random.default_rng(seed)
+    batch = len(groups[0]) * 8
+    contenders = [(layout, *key) for layout in DRAW_LAYOUTS
+                  for key in [("on_policy", 0), *buffers]]
+    out = {c: [] for c in contenders}
+    for rep in range(repeats):
+        shift = rep % len(contenders)
+        for layout, draws, x in contenders[shift:] + contenders[:shift]:
+            drawn = compose(groups, 8, rng) if draws == "on_policy" else \
+                buffers[(draws, x)].sample(batch, rep + 1, rng)
+            exp.cfg.run.train_layout = layout
+            t0 = time.perf_counter()
+            exp.train_step(drawn, keep_grad=False)
+            out[(layout, draws, x)].append({"total": time.perf_counter() - t0, "distinct": len(
+                {r.prompt.tobytes() for r in drawn})})
+    return out
+
+
+def summarise_draws(times: dict) -> list[dict]:
+    """One row per (layout, draws, x): update seconds, the ratio of medians to the same
+    layout's on-policy median and the spread (min / median / max, and quartiles) of the
+    per-repeat paired ratios, distinct prompts per batch."""
+    rows = []
+    for (layout, draws, x), reps in times.items():
+        base = times[(layout, "on_policy", 0)]
+        total = [r["total"] for r in reps]
+        paired = [r["total"] / b["total"] for r, b in zip(reps, base)]
+        rows.append({"layout": layout, "draws": draws, "horizon": x, "seconds": spread(total),
+                     "ratio_to_on_policy": statistics.median(total) /
+                     statistics.median(r["total"] for r in base),
+                     "paired_ratio": spread(paired),
+                     "paired_ratio_quartiles": statistics.quantiles(paired, n=4)[::2],
+                     "distinct_prompts": spread([r["distinct"] for r in reps])})
+    return rows
+
+
+def draws_study(exp, args) -> dict:
+    """The ``--draws`` benchmark (module docstring): 512 groups generated once, buffers at
+    ``DRAW_HORIZONS``, interleaved updates; the result record."""
+    g, batch = exp.cfg.schedule.group_size, exp.cfg.schedule.batch_size
+    need = max(DRAW_HORIZONS) * batch // g
+    rollouts = [r for _ in range(need // 64) for r in exp.produce(64, 0)]
+    groups = [rollouts[i:i + g] for i in range(0, len(rollouts), g)]
+    buffers = draw_buffers(groups, batch)
+    time_draws(exp, groups, buffers, 2, args.seed + 1)  # warm-up: allocator, oneDNN
+    rows = summarise_draws(time_draws(exp, groups, buffers, args.repeats, args.seed))
+    print_table([{"layout": r["layout"], "draws": r["draws"], "x": r["horizon"],
+                  "median_s": r["seconds"]["median"], "ratio": r["ratio_to_on_policy"],
+                  "paired_q50": r["paired_ratio"]["median"],
+                  "distinct": r["distinct_prompts"]["median"]} for r in rows],
+                ["layout", "draws", "x", "median_s", "ratio", "paired_q50", "distinct"])
+    return {"setting": {"model": "cpu_tiny", "warm_start": WARM_START, "batch_size": batch,
+                        "group_size": g, "replay_ratio": 1, "repeats": args.repeats,
+                        "threads": args.threads, "groups_generated": len(groups),
+                        "draws": DRAWS},
+            "updates": rows}
+
+
 def layout_agreement(exp, groups, seed: int) -> dict:
     """Largest |difference| of the completion log-probs of one D = 64 batch between the
     shared and the sequence layout (same weights): float32 rounding only."""
@@ -218,10 +309,17 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, default=0, help="batch composition seed")
     parser.add_argument("--cache", default=os.environ.get("LLM_EXPERIMENTS_CACHE", ".cache"),
                         help="warm-start cache folder")
-    parser.add_argument("--name", default="update_cost", help="result file name")
+    parser.add_argument("--name", default=None,
+                        help="result file name (default update_cost, update_cost_draws)")
+    parser.add_argument("--draws", action="store_true",
+                        help="time updates drawn by groups vs rollouts vs on-policy instead")
     args = parser.parse_args(argv)
     set_threads(args.threads)
     exp, groups = setup(args.threads, args.cache)
+    if args.draws:
+        result = draws_study(exp, args)
+        write_result(args.name or "update_cost_draws", result)
+        return result
     time_updates(exp, groups, 2, args.seed + 1)  # warm-up: allocator, oneDNN primitives
     rows = summarise(time_updates(exp, groups, args.repeats, args.seed))
     print_table([{"layout": r["layout"], "D": r["distinct_prompts"],
@@ -246,7 +344,7 @@ def main(argv=None) -> dict:
               "updates": rows, "buffer_sample": buffers,
               "tokens_per_layout": {str(d): t for d, t in tokens.items()},
               "agreement": layout_agreement(exp, groups, args.seed)}
-    write_result(args.name, result)
+    write_result(args.name or "update_cost", result)
     return result
 
 

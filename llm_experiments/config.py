@@ -27,7 +27,7 @@ from typing import ClassVar
 import yaml
 
 from replaytheory import checks
-from replaytheory.buffer import SAMPLING_MODES
+from replaytheory.buffer import GROUP_MODES, REPLACING, SAMPLING_MODES, positive_part
 from replaytheory.cli_input import BadInput, file_label, kind_name, read_text
 
 from .engines import ENGINES
@@ -401,14 +401,19 @@ class BufferConfig(_Section):
     capacity: N rollouts (>= 1; in "async" a multiple of the trainers, one shard each). A
     shard less its positive part must hold batch_size / trainers rollouts when sampling
     without replacement or with lifo, else >= 1 (``check_resolved``).
-    sampling: "with_replacement", "without_replacement", "never_used_first".
+    sampling: rollout by rollout, "with_replacement", "without_replacement",
+    "never_used_first"; or whole groups of schedule.group_size G (theory.md section 11.9),
+    "groups_with_replacement", "groups_without_replacement": each trainer draws
+    batch_size / (trainers G) groups, so batch_size and capacity must be multiples of
+    trainers x G (``replaytheory.buffer.SAMPLING_MODES``).
     delta: positive-bias coefficient in [0, 1). lifo: the no-buffer queue (each rollout used
     once, freshest first) instead of a replay buffer; it needs whole groups per batch and at
     most B rollouts made per step (the surplus would be evicted unused); on the Ray engine a
     capacity >= B + n - gcd(n, B), n the rollouts of one sampler call, or the samplers can
     deadlock (``engines.ray_plan.lifo_min_capacity``).
     horizon: staleness horizon x = N/R in steps (theory.md section 4), >= 0. When > 0 it sets
-    capacity = round(x R) (at least 1, rounded up to a multiple of the trainers), with R the
+    capacity = round(x R) (at least 1, rounded up to a multiple of the trainers, times G with
+    a group sampling mode), with R the
     rollouts per step of the schedule (sync: B/y; async: B W / (T mu_accounting)); 0 = use
     capacity as given.
     """
@@ -605,7 +610,15 @@ def _resolve_capacity(cfg: Config) -> None:
                          "schedule.engine=ray: the rollouts per step R = B W / (T mu) are "
                          "set from it; or give buffer.capacity and buffer.horizon=0")
     n = max(1, round(b.horizon * rollouts_per_step(sc, sc.mu_accounting)))
-    b.capacity = -(-n // sc.trainers) * sc.trainers if sc.mode == "async" else n
+    unit = buffer_shards(sc) * _draw_unit(cfg)  # whole shards of whole groups
+    b.capacity = -(-n // unit) * unit
+
+
+def _draw_unit(cfg: Config) -> int:
+    """Rollouts a buffer draws at a time: schedule.group_size with a group sampling mode
+    (``replaytheory.buffer.GROUP_MODES``; not the LIFO queue), else 1."""
+    b = cfg.buffer
+    return cfg.schedule.group_size if b.sampling in GROUP_MODES and not b.lifo else 1
 
 
 def check_resolved(cfg: Config) -> None:
@@ -636,20 +649,23 @@ def check_resolved(cfg: Config) -> None:
                              f"per step (B / schedule.replay_ratio in sync, B W / (T mu) in "
                              f"async; here {rate:g}) must be <= schedule.batch_size ({B}): "
                              f"the surplus would be evicted unused but charged as compute")
-        shards = buffer_shards(sc)
+        shards, unit = buffer_shards(sc), _draw_unit(cfg)
         if b.capacity % shards:
             raise ValueError(f"buffer.capacity ({b.capacity}) must be divisible by "
                              f"schedule.trainers ({shards}): one shard per trainer")
+        if unit > 1:
+            _check_group_draws(cfg, shards)
         per = b.capacity // shards
-        kept = per - round(b.delta * per)  # the recent part (replaytheory.buffer._Shard)
-        by_batch = b.lifo or b.sampling != "with_replacement"
-        need = B // shards if by_batch else 1
+        kept = per - positive_part(per, b.delta, unit)  # the recent part
+        by_batch = b.lifo or b.sampling not in REPLACING
+        need = B // shards if by_batch else unit
         if kept < need:
             origin = f", from buffer.horizon={b.horizon:g}" if b.horizon > 0 else ""
             recent = f" less its positive part round(buffer.delta x {per}), {kept}," \
                 if b.delta else ""
             how = "buffer.lifo=true" if b.lifo else f"buffer.sampling={b.sampling}"
-            least = f"{need}, the batch per trainer with {how}" if by_batch else "1"
+            least = f"{need}, the batch per trainer with {how}" if by_batch else \
+                f"{need}, one group with {how}" if unit > 1 else "1"
             raise ValueError(f"buffer.capacity per shard ({per}{origin}){recent} must be >= "
                              f"{least}, or the buffer can never give a batch")
         if b.lifo and sc.engine == "ray":
@@ -671,6 +687,23 @@ def check_resolved(cfg: Config) -> None:
         raise ValueError(f"probe.contribution=true needs a trainer.loss with an importance "
                          f"ratio, one of {list(_Owned('rl.losses', 'RATIO_LOSSES'))}; got "
                          f"trainer.loss={loss}")
+
+
+def _check_group_draws(cfg: Config, shards: int) -> None:
+    """A group sampling mode draws batch_size / (T G) whole groups from each of the T
+    shards, each holding whole groups (theory.md section 11.9)."""
+    sc, b = cfg.schedule, cfg.buffer
+    whole = sc.group_size * shards
+    trainers = f" x schedule.trainers ({shards})" if shards > 1 else ""
+    for key, value, why in (("schedule.batch_size", sc.batch_size, "each trainer draws "
+                             "batch_size / (trainers x group_size) whole groups"),
+                            ("buffer.capacity", b.capacity, "each shard holds whole groups")):
+        if value % whole:
+            raise ValueError(f"{key} ({value}) must be a multiple of schedule.group_size "
+                             f"({sc.group_size}){trainers} = {whole} with "
+                             f"buffer.sampling={b.sampling}: {why}; e.g. "
+                             f"{max(whole, value - value % whole)} or "
+                             f"{value - value % whole + whole}")
 
 
 def _check_ray_lifo(cfg: Config) -> None:

@@ -8,6 +8,12 @@ its own store keyed by item id). numpy only.
   uniformly without removing anything. Sampling modes: ``"with_replacement"`` (the theory),
   ``"without_replacement"`` (within a batch; the paper's pseudo-code) and
   ``"never_used_first"`` (unused items first, then without replacement).
+* Group draws (``GROUP_MODES``, what most GRPO systems do): the buffer holds whole groups of
+  G rollouts of one prompt (inserted whole, as G consecutive ids, and evicted whole) and a
+  batch of B is B/G groups drawn uniformly, ``"groups_with_replacement"`` (a group may come
+  twice in one batch: the model of theory.md section 11.9) or ``"groups_without_replacement"``
+  (B/G distinct groups). The positive-bias part and the shards then hold whole groups too:
+  a group counts as positive when any of its rollouts is, and goes to one shard.
 * Positive-bias buffer, delta in [0, 1): keep the freshest (1 - delta) N rollouts plus the
   freshest delta N correct (positive) rollouts not already among them, sample from those.
 * Sharding: ``shards`` = T independent shards of N/T each; each new rollout goes to exactly
@@ -27,18 +33,31 @@ import numpy as np
 from . import checks
 from .columns import IdTable, IntRing
 
-SAMPLING_MODES = ("with_replacement", "without_replacement", "never_used_first")
+# Rollout by rollout, then whole groups (``GROUP_MODES``); the first is the default.
+SAMPLING_MODES = ("with_replacement", "without_replacement", "never_used_first",
+                  "groups_with_replacement", "groups_without_replacement")
+GROUP_MODES = SAMPLING_MODES[3:]
+# Modes that may draw an item (a group) twice in one batch: one item (group) held suffices.
+REPLACING = ("with_replacement", "groups_with_replacement")
 NEW = -1  # steps-since-last-use code of a first use
 # Metadata per held item, in the order of the checkpoint lists.
 META_COLUMNS = {"generation_step": np.int64, "insert_step": np.int64, "uses": np.int32,
                 "last_use": np.int64, "positive": np.bool_}
 
 
-class _Shard:
-    """One shard: a FIFO window of recent items plus, with delta > 0, a FIFO of positives."""
+def positive_part(capacity: int, delta: float, group_size: int = 1) -> int:
+    """Rollouts of a shard of ``capacity`` (>= 1) kept for positives at bias delta in [0, 1):
+    round(delta N), in whole groups of ``group_size`` (>= 1; 1 when rollouts are drawn one by
+    one). The rest, the recent part, is what a batch can always be drawn from."""
+    return group_size * int(round(delta * capacity / group_size))
 
-    def __init__(self, capacity: int, delta: float):
-        self.n_pos = int(round(delta * capacity))
+
+class _Shard:
+    """One shard: a FIFO window of recent items plus, with delta > 0, a FIFO of positives
+    (each part a whole number of ``unit``-sized groups)."""
+
+    def __init__(self, capacity: int, delta: float, unit: int):
+        self.n_pos = positive_part(capacity, delta, unit)
         self.n_recent = capacity - self.n_pos
         self.recent = IntRing()
         self.positives = IntRing()
@@ -54,26 +73,36 @@ class ReplayIndex:
     """Item ids and their metadata in a replay buffer; draws batches and records every use.
 
     Args:
-        capacity: N, rollouts held in total (integer >= 1; divisible by ``shards``).
+        capacity: N, rollouts held in total (integer >= 1; divisible by ``shards``, and by
+            ``shards`` x ``group_size`` with a group mode).
         sampling: one of ``SAMPLING_MODES`` (ignored with ``lifo``).
         delta: positive-bias coefficient in [0, 1); 0 is the plain FIFO buffer.
         shards: number of shards T >= 1 (one per trainer).
         lifo: the no-buffer baseline queue instead of a replay buffer.
+        group_size: G >= 1, rollouts per group; used by the group modes only.
     """
 
     def __init__(self, capacity: int, *, sampling: str = "with_replacement",
-                 delta: float = 0.0, shards: int = 1, lifo: bool = False):
+                 delta: float = 0.0, shards: int = 1, lifo: bool = False,
+                 group_size: int = 1):
         self.capacity = checks.integer("capacity", capacity, 1)
         self.sampling = checks.choice("sampling", sampling, SAMPLING_MODES)
         self.delta = checks.real("delta", delta, 0.0, 1.0, hi_open=True)
         self.shards = checks.integer("shards", shards, 1, self.capacity)
+        self.group_size = checks.integer("group_size", group_size, 1)
         if self.capacity % self.shards:
             raise ValueError(f"capacity must be divisible by shards ({self.shards}), "
                              f"got {self.capacity}")
         if lifo and self.delta > 0:
             raise ValueError("delta must be 0 for the LIFO queue (no replay)")
         self.lifo = bool(lifo)
-        self._shards = [_Shard(self.capacity // self.shards, self.delta)
+        # Rollouts per unit of insertion, eviction and draw: G with group draws, else 1.
+        self.unit = self.group_size if self.sampling in GROUP_MODES and not self.lifo else 1
+        if self.capacity % (self.shards * self.unit):
+            raise ValueError(f"capacity must be a multiple of shards x group_size "
+                             f"({self.shards} x {self.unit}) with sampling={self.sampling}: "
+                             f"every shard holds whole groups; got {self.capacity}")
+        self._shards = [_Shard(self.capacity // self.shards, self.delta, self.unit)
                         for _ in range(self.shards)]
         # Per held item, as numpy columns (a dict of lists would cost ~250 bytes an item).
         self._meta = IdTable(META_COLUMNS)
@@ -115,14 +144,19 @@ class ReplayIndex:
     # ---- producer side -----------------------------------------------------------------
 
     def add(self, item_ids, generation_step, insert_step, positive=None,
-            shard=None) -> np.ndarray:
+            shard=None, group=None) -> np.ndarray:
         """Insert rollouts; returns the ids evicted (they leave the buffer for good).
 
         Args:
-            item_ids: unique integer ids (array). generation_step: policy version that
+            item_ids: unique integer ids (array); with a group mode whole groups, each as
+                ``group_size`` consecutive ids. generation_step: policy version that
                 generated each (scalar or array). insert_step: trainer step at insertion.
-            positive: per-item bool (reward > 0), needed when delta > 0.
-            shard: target shard (scalar or array); round robin over shards if None.
+            positive: per-item bool (reward > 0), needed when delta > 0; with a group mode a
+                group is positive when any of its rollouts is.
+            shard: target shard (scalar or array; one per group with a group mode); round
+                robin over shards (by group with a group mode) if None.
+            group: per-item group key (array), checked against the layout above with a group
+                mode; ignored otherwise.
         """
         ids = np.atleast_1d(np.asarray(item_ids, dtype=np.int64))
         n = ids.size
@@ -134,13 +168,9 @@ class ReplayIndex:
             pos = np.zeros(n, dtype=bool)
         else:
             pos = np.broadcast_to(np.asarray(positive, dtype=bool), (n,))
-        if shard is None:
-            target = (self._next_shard + np.arange(n)) % self.shards
-            self._next_shard = int((self._next_shard + n) % self.shards)
-        else:
-            target = np.broadcast_to(np.asarray(shard, dtype=np.int64), (n,))
-            if np.any((target < 0) | (target >= self.shards)):
-                raise ValueError(f"shard must be in [0, {self.shards - 1}]")
+        target = self._targets(n, shard, group)
+        if self.unit > 1:  # groups move between the parts whole
+            pos = np.repeat(pos.reshape(-1, self.unit).any(1), self.unit)
         held = self._meta.contains(ids)
         if np.any(held) or np.unique(ids).size < n:
             srt = np.sort(ids)
@@ -169,14 +199,44 @@ class ReplayIndex:
         self._leave(evicted)
         return evicted
 
+    def _targets(self, n: int, shard, group) -> np.ndarray:
+        """Shard of each of ``n`` new items: ``shard`` (scalar or array), else round robin
+        by unit (one group goes to one shard); checks a group mode's whole-group layout."""
+        u = self.unit
+        if n % u:
+            raise ValueError(f"sampling={self.sampling} inserts whole groups: the number of "
+                             f"ids ({n}) must be a multiple of group_size ({u})")
+        if u > 1 and group is not None:
+            keys = np.asarray(group).reshape(-1, u)
+            if np.any(keys != keys[:, :1]) or np.unique(keys[:, 0]).size < len(keys):
+                raise ValueError(f"group must give each group as {u} consecutive ids of one "
+                                 f"key (group_size), one block per group, with "
+                                 f"sampling={self.sampling}")
+        if shard is None:
+            target = np.repeat((self._next_shard + np.arange(n // u)) % self.shards, u)
+            self._next_shard = int((self._next_shard + n // u) % self.shards)
+            return target
+        target = np.broadcast_to(np.asarray(shard, dtype=np.int64), (n,))
+        if np.any((target < 0) | (target >= self.shards)):
+            raise ValueError(f"shard must be in [0, {self.shards - 1}]")
+        if u > 1 and np.any(target.reshape(-1, u) != target.reshape(-1, u)[:, :1]):
+            raise ValueError(f"shard must send each group of {u} (group_size) to one shard")
+        return target
+
     # ---- consumer side -----------------------------------------------------------------
 
     def can_sample(self, batch_size: int, shard: int = 0) -> bool:
-        """Whether ``sample`` can draw a batch now (without replacement needs B items)."""
+        """Whether ``sample`` can draw a batch now: without replacement needs B items (B/G
+        groups), with replacement one item (one group). Raises ``ValueError`` when a group
+        mode's batch_size is not a multiple of group_size G."""
         n = self.size(shard)
-        if self.lifo or self.sampling != "with_replacement":
+        if self.unit > 1 and batch_size % self.unit:
+            raise ValueError(f"batch_size ({batch_size}) must be a multiple of group_size "
+                             f"({self.unit}) with sampling={self.sampling}: a batch is "
+                             f"batch_size / group_size whole groups")
+        if self.lifo or self.sampling not in REPLACING:
             return n >= batch_size
-        return n >= 1
+        return n >= self.unit
 
     def sample(self, batch_size: int, step: int, rng: np.random.Generator,
                shard: int = 0) -> np.ndarray:
@@ -187,11 +247,14 @@ class ReplayIndex:
         b = checks.integer("batch_size", batch_size, 1)
         shard = checks.integer("shard", shard, 0, self.shards - 1)
         if not self.can_sample(b, shard):
-            raise ValueError(f"batch_size ({b}) exceeds the items available in shard {shard} "
-                             f"({self.size(shard)})")
+            unit = f" in groups of {self.unit}" if self.unit > 1 else ""
+            raise ValueError(f"batch_size ({b}) exceeds the items available{unit} in shard "
+                             f"{shard} ({self.size(shard)})")
         sh = self._shards[shard]
         if self.lifo:
             chosen = np.array([sh.recent.pop() for _ in range(b)], dtype=np.int64)
+        elif self.sampling in GROUP_MODES:
+            chosen = self._draw_groups(sh.items(), b // self.unit, rng)
         else:
             pool = sh.items()
             if self.sampling == "with_replacement":
@@ -220,6 +283,16 @@ class ReplayIndex:
             self._leave(chosen)
         self._uses.append(rec)
         return chosen
+
+    def _draw_groups(self, pool: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+        """``k`` whole groups of ``pool`` (held ids, whole groups of G in insertion order),
+        uniformly with or without replacement by the sampling mode; their ids, group by group."""
+        groups = pool.reshape(-1, self.unit)
+        if self.sampling == "groups_with_replacement":
+            rows = rng.integers(0, len(groups), k)
+        else:
+            rows = rng.choice(len(groups), k, replace=False)
+        return groups[rows].ravel()
 
     # ---- the three axes ----------------------------------------------------------------
 
@@ -293,7 +366,8 @@ class ReplayIndex:
         """Everything needed to resume, as plain Python/numpy objects."""
         rows = self._meta.live_rows()
         return {"capacity": self.capacity, "sampling": self.sampling, "delta": self.delta,
-                "shards": self.shards, "lifo": self.lifo, "next_shard": self._next_shard,
+                "shards": self.shards, "lifo": self.lifo, "group_size": self.group_size,
+                "next_shard": self._next_shard,
                 "recent": [s.recent.array().tolist() for s in self._shards],
                 "positives": [s.positives.array().tolist() for s in self._shards],
                 "meta": {int(i): [int(x) for x in m] for i, m in zip(
@@ -304,7 +378,8 @@ class ReplayIndex:
     def from_state_dict(cls, state: dict) -> "ReplayIndex":
         """Rebuild a buffer saved with ``state_dict``."""
         buf = cls(state["capacity"], sampling=state["sampling"], delta=state["delta"],
-                  shards=state["shards"], lifo=state["lifo"])
+                  shards=state["shards"], lifo=state["lifo"],
+                  group_size=state.get("group_size", 1))  # checkpoints before group draws
         buf._next_shard = int(state["next_shard"])
         for sh, rec, pos in zip(buf._shards, state["recent"], state["positives"]):
             sh.recent, sh.positives = IntRing(rec), IntRing(pos)

@@ -146,3 +146,78 @@ def test_replay_ratio_quantiles_match_numpy(capacity, adds, draws, batch, seed, 
             np.testing.assert_allclose(got, np.quantile(ratios, qs), atol=1e-12)
         else:
             assert np.all(np.isnan(got))
+
+
+@settings(max_examples=60, deadline=None)
+@given(g=st.integers(1, 4), shards=st.integers(1, 3), per_shard=st.integers(1, 4),
+       delta=st.sampled_from([0.0, 0.5]), replace=st.booleans(), seed=st.integers(0, 99),
+       adds=st.lists(st.integers(1, 3), min_size=1, max_size=8))
+def test_group_draws_are_whole_groups(g, shards, per_shard, delta, replace, seed, adds):
+    # section 11.9: B / (T G) whole groups per shard; groups evicted and moved whole
+    mode = "groups_with_replacement" if replace else "groups_without_replacement"
+    b = ReplayIndex(shards * per_shard * g, sampling=mode, group_size=g, shards=shards,
+                    delta=delta)
+    rng = np.random.default_rng(seed)
+    made = drawn = 0
+    for step, n_groups in enumerate(adds):
+        ids = np.arange(made, made + n_groups * g)
+        b.add(ids, step, step, positive=rng.random(ids.size) < 0.3, group=ids // g)
+        made += ids.size
+        for s in range(shards):
+            held = b.items(s).reshape(-1, g)
+            assert np.all(held // g == held[:, :1] // g) and np.all(held[:, 0] % g == 0)
+            k = int(rng.integers(1, per_shard + 1))
+            if not b.can_sample(k * g, s):
+                assert held.shape[0] < (1 if replace else k)
+                continue
+            batch = b.sample(k * g, step, rng, shard=s).reshape(-1, g)
+            drawn += batch.size
+            assert np.all(batch // g == batch[:, :1] // g)  # whole groups
+            assert set(batch[:, 0].tolist()) <= set(held[:, 0].tolist())  # from this shard
+            if not replace:
+                assert np.unique(batch[:, 0]).size == k
+    rec = b.use_records()
+    assert rec["item_id"].size == drawn == b.replay_ratios().sum()
+    live = b.items()
+    counted = np.array([np.sum(rec["item_id"] == i) for i in live])
+    np.testing.assert_array_equal(b.metadata(live)["uses"], counted)
+    assert b.replay_ratios().size == made
+
+
+def test_group_draw_errors():
+    b = ReplayIndex(8, sampling="groups_without_replacement", group_size=4)
+    b.add(np.arange(4), 0, 0, group=[0] * 4)
+    with pytest.raises(ValueError, match=r"batch_size \(6\) must be a multiple of group_size"):
+        b.sample(6, 1, rng())
+    with pytest.raises(ValueError, match=r"batch_size \(8\) exceeds .* groups of 4"):
+        b.sample(8, 1, rng())
+    assert b.sample(4, 1, rng()).tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        b.add(np.arange(10, 13), 0, 0)
+    with pytest.raises(ValueError, match="consecutive ids of one key"):
+        b.add(np.arange(10, 18), 0, 0, group=[1, 2] * 4)
+    with pytest.raises(ValueError, match=r"capacity must be a multiple of shards x group_size"):
+        ReplayIndex(12, sampling="groups_with_replacement", group_size=4, shards=2)
+    with pytest.raises(ValueError, match="group_size"):
+        ReplayIndex(8, sampling="groups_with_replacement", group_size=0)
+    # the rollout modes and the LIFO queue ignore group_size
+    ReplayIndex(12, group_size=8).add(np.arange(3), 0, 0)
+    ReplayIndex(12, sampling="groups_with_replacement", group_size=8, lifo=True)
+
+
+def test_group_draws_with_replacement_and_round_trip():
+    b = ReplayIndex(8, sampling="groups_with_replacement", group_size=2, shards=2, delta=0.5)
+    b.add(np.arange(8), 0, 0, positive=[1, 0, 0, 0, 0, 0, 0, 1])
+    # round robin by group; (0, 1) holds a positive and moves to the positive part whole,
+    # (2, 3) does not and leaves
+    assert b.items(0).tolist() == [4, 5, 0, 1] and b.items(1).tolist() == [6, 7]
+    b.add(np.arange(8, 12), 1, 1, positive=False)
+    assert b.items(0).tolist() == [8, 9, 0, 1] and b.items(1).tolist() == [10, 11, 6, 7]
+    g = np.random.default_rng(5)
+    batch = b.sample(6, 2, g, shard=0)  # 3 groups from 2: one comes twice
+    pairs = batch.reshape(-1, 2)
+    assert np.all(pairs[:, 1] - pairs[:, 0] == 1) and np.unique(pairs[:, 0]).size < 3
+    c = ReplayIndex.from_state_dict(b.state_dict())
+    assert c.group_size == 2 and c.unit == 2
+    g1, g2 = np.random.default_rng(9), np.random.default_rng(9)
+    assert b.sample(4, 3, g1, shard=1).tolist() == c.sample(4, 3, g2, shard=1).tolist()

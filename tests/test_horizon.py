@@ -168,3 +168,33 @@ def test_a_registration_rebuilds_its_model(name):
                                       on_policy_cell=0)
         assert cells[0] == pytest.approx(hz.on_policy(terms, mu=mu))
         assert cells[1] == pytest.approx(d.objective)
+
+
+def test_group_draws_equal_rollout_draws_without_group_coupling():
+    """Section 11.9: with r = 0 (and c_mate = 0) a group's mates are no more alike than any
+    two rollouts, so drawing whole groups gives the same J as drawing rollouts."""
+    s = np.arange(L, dtype=float)
+    t = terms(c=0.8 * np.exp(-s / 9), sigma2=3.0 - np.exp(-s / 7), group=8, rho=0.05,
+              worth=1 - 0.01 * s, per_use=0.2)
+    x, y = np.meshgrid(np.arange(1, L + 1, dtype=float), [0.3, 1.0, 2.5, 8.0])
+    np.testing.assert_array_equal(hz.objective(t, x, y, mu=2.0, draws="groups"),
+                                  hz.objective(t, x, y, mu=2.0))
+    assert hz.optimal_design(t, mu=2.0, draws="groups") == hz.optimal_design(t, mu=2.0)
+
+
+def test_group_draws_cost_more_when_mates_correlate():
+    """r > 0: every slot of a group draw has G - 1 correlated mates in the batch, so the
+    fresh-noise term is k0_bar / y instead of 1 / y (section 11.9) and J is higher at every
+    (x, y), by sigma^2 (1 + y/mu) (k0 - 1) / y with constant curves."""
+    t = terms(r=0.15, mate=np.full(L, 0.05), c=np.full(L, 0.3), group=8)
+    x, y = np.meshgrid(np.arange(1, L + 1, dtype=float), [0.3, 1.0, 2.5, 8.0])
+    groups = hz.objective(t, x, y, mu=2.0, draws="groups")
+    rollouts = hz.objective(t, x, y, mu=2.0)
+    assert np.all(groups > rollouts)
+    np.testing.assert_allclose(groups - rollouts, 2.0 * (1 + y / 2.0) * 7 * 0.15 / y,
+                               rtol=1e-12)
+    # and so is the best design
+    assert hz.optimal_design(t, mu=2.0, draws="groups").objective > \
+        hz.optimal_design(t, mu=2.0).objective
+    with pytest.raises(ValueError, match="draws must be one of"):
+        hz.objective(t, 4, 1.0, mu=2.0, draws="prompts")

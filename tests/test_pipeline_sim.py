@@ -205,3 +205,28 @@ def test_config_is_a_keyword_record_with_the_public_names():
         _Config.checked(*args.values())  # no positional plumbing
     with pytest.raises(ValueError, match="positive_rate"):
         _Config.checked(**{**args, "positive_rate": 1.5})
+
+
+@pytest.mark.parametrize("mode", ["groups_with_replacement", "groups_without_replacement"])
+def test_group_draws_use_whole_groups(mode):
+    # theory.md section 11.9: B / (T G) whole groups per shard; a group's rollouts share
+    # every draw, so they share their use count; the mean replay ratio is still mu T / W
+    res = simulate_pipeline(workers=3, trainers=2, mu=3.0, batch_size=32, buffer_size=128,
+                            rollouts=8_000, chunk=8, sampling=mode, group_size=4, seed=2)
+    by_id = np.bincount(res.uses["item_id"], minlength=res.unique_rollouts).reshape(-1, 4)
+    assert np.all(by_id == by_id[:, :1]) and by_id.sum() == res.samples_consumed
+    assert np.unique(by_id[:, 0]).size > 2  # groups differ in their use counts
+    assert res.mean_replay_ratio == pytest.approx(3.0 * 2 / 3, rel=0.05)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(batch_size=36), r"batch_size must be a multiple of group_size \(4\) x shards \(2\)"),
+    (dict(chunk=6), r"chunk must be a multiple of group_size \(4\)"),
+    (dict(rollouts=1002), r"rollouts must be a multiple of group_size \(4\)"),
+    (dict(buffer_size=132), r"buffer_size must be a multiple of group_size \(4\) x shards"),
+])
+def test_group_draws_refuse_partial_groups(kwargs, message):
+    args = dict(workers=3, trainers=2, mu=3.0, batch_size=32, buffer_size=128, rollouts=1000,
+                chunk=8, sampling="groups_with_replacement", group_size=4)
+    with pytest.raises(ValueError, match=message):
+        simulate_pipeline(**{**args, **kwargs})

@@ -96,13 +96,16 @@ class RolloutBuffer:
     back to back in two arrays. ``sample`` hands out ``Rollout`` records rebuilt from them.
 
     Args: capacity N (rollouts, all shards together), sampling mode, delta in [0, 1),
-    shards = trainers T (each draws batch_size / T from its own shard), lifo (no-buffer queue).
+    shards = trainers T (each draws batch_size / T from its own shard), lifo (no-buffer queue),
+    group_size G (the group modes insert and draw whole groups: rollouts must be added group
+    by group, each group's G rollouts one after another).
     """
 
     def __init__(self, capacity: int, *, sampling: str = "with_replacement",
-                 delta: float = 0.0, shards: int = 1, lifo: bool = False):
+                 delta: float = 0.0, shards: int = 1, lifo: bool = False,
+                 group_size: int = 1):
         self.index = ReplayIndex(capacity, sampling=sampling, delta=delta, shards=shards,
-                                 lifo=lifo)
+                                 lifo=lifo, group_size=group_size)
         self._init_store()
 
     @classmethod
@@ -114,7 +117,7 @@ class RolloutBuffer:
         if sc.mode == "on_policy":
             return cls(sc.batch_size, lifo=True)
         return cls(b.capacity, sampling=b.sampling, delta=b.delta, lifo=b.lifo,
-                   shards=buffer_shards(sc))
+                   shards=buffer_shards(sc), group_size=sc.group_size)
 
     def _init_store(self) -> None:
         self._rows = IdTable(PAYLOAD_COLUMNS)
@@ -200,7 +203,8 @@ class RolloutBuffer:
         if not rollouts:
             return np.zeros(0, dtype=np.int64)
         evicted = self.index.add([r.item_id for r in rollouts], [r.version for r in rollouts],
-                                 insert_step, positive=[r.reward > 0 for r in rollouts])
+                                 insert_step, positive=[r.reward > 0 for r in rollouts],
+                                 group=[r.group_id for r in rollouts])
         self._store(rollouts)
         self._rows.delete(evicted)
         return evicted
@@ -211,7 +215,8 @@ class RolloutBuffer:
         return all(self.index.can_sample(per, k) for k in range(self.index.shards))
 
     def sample(self, batch_size: int, step: int, rng: np.random.Generator) -> list[Rollout]:
-        """Draw batch_size rollouts (batch_size / T per shard) for trainer step ``step``."""
+        """Draw batch_size rollouts (batch_size / T per shard; whole groups with a group
+        sampling mode) for trainer step ``step``."""
         per = batch_size // self.index.shards
         ids = np.concatenate([self.index.sample(per, step, rng, shard=k)
                               for k in range(self.index.shards)])

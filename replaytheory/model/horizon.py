@@ -20,7 +20,9 @@ the old 16-step calibration (``panel_fit``), three more things matter for the ho
 
 with every bar a uniform average over the buffer's staleness 0 .. x - 1 (a FIFO of x steps),
 S_k(x) = (2/x) sum_{g=1}^{x-1} (1 - g/x) k(g), and on-policy J_on = sigma^2(0) / w(0)^2
-(1 + 1/mu) k0(0). Horizons are whole steps; the measured curves are interpolated linearly in
+(1 + 1/mu) k0(0). That is for a batch drawn rollout by rollout; drawn in whole groups
+(``buffer.sampling`` group modes, section 11.9) every slot has its G - 1 mates in the batch
+and the variance factor is k0_bar(x) (1/y + 1/x) + rho + S_k(x) (``draws="groups"``). Horizons are whole steps; the measured curves are interpolated linearly in
 the gap and held at their last value beyond the longest measured gap (flagged).
 """
 
@@ -36,6 +38,7 @@ from .. import checks
 from ..fit.panel_fit import PanelFit
 
 WORTHS = ("kept", "align", "none")
+DRAWS = ("rollouts", "groups")  # how a batch is drawn from the buffer (sections 11.2, 11.9)
 Y_MIN = 0.25  # the smallest replay ratio searched: a quarter of the rollouts used
 POLISHED = 8  # horizons whose replay ratio is polished after the grid search
 
@@ -102,7 +105,7 @@ def terms_from_fit(fit: PanelFit, *, worth: str = "kept", rho: float = 0.0,
 
 def _buffer_parts(terms: HorizonTerms) -> dict:
     """Per integer horizon x = 1 .. length: sigma_bar^2, k0_bar / x + S_k (the variance
-    factor's buffer part) as arrays indexed by x - 1."""
+    factor's buffer part) and k0_bar as arrays indexed by x - 1."""
     n = terms.length
     x = np.arange(1, n + 1, dtype=float)
     g = np.arange(n, dtype=float)
@@ -111,7 +114,7 @@ def _buffer_parts(terms: HorizonTerms) -> dict:
     cum_k, cum_gk = np.cumsum(k), np.cumsum(g * k)
     pair = 2.0 / x * (cum_k - cum_gk / x)
     k0 = 1 + (terms.group_size - 1) * np.cumsum(terms.within) / x
-    return {"sigma_bar2": np.cumsum(terms.sigma2) / x, "buffer": k0 / x + pair}
+    return {"sigma_bar2": np.cumsum(terms.sigma2) / x, "buffer": k0 / x + pair, "k0": k0}
 
 
 def _worth_bar(terms: HorizonTerms, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -128,10 +131,14 @@ def _worth_bar(terms: HorizonTerms, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return vals.sum(-1) / np.asarray(x, float)
 
 
-def objective(terms: HorizonTerms, horizon, replay_ratio, *, mu: float) -> np.ndarray:
+def objective(terms: HorizonTerms, horizon, replay_ratio, *, mu: float,
+              draws: str = "rollouts") -> np.ndarray:
     """J_h(x, y) of section 11.5 at integer horizons 1 <= x <= terms.length (steps) and
-    replay ratios y > 0, elementwise (broadcast); mu > 0."""
+    replay ratios y > 0, elementwise (broadcast); mu > 0. ``draws`` (``DRAWS``): a batch drawn
+    rollout by rollout (section 11.5) or in whole groups of G, with replacement (section
+    11.9: the 1/y term carries k0_bar(x))."""
     checks.positive("mu", mu)
+    checks.choice("draws", draws, DRAWS)
     x, y = np.broadcast_arrays(np.asarray(horizon, float), np.asarray(replay_ratio, float))
     if np.any(x < 1) or np.any(x > terms.length) or np.any(x != np.round(x)):
         raise ValueError(f"horizon must be a whole number of steps in [1, {terms.length}]")
@@ -139,7 +146,9 @@ def objective(terms: HorizonTerms, horizon, replay_ratio, *, mu: float) -> np.nd
         raise ValueError("replay_ratio must be > 0")
     parts = _buffer_parts(terms)
     i = x.astype(int) - 1
-    var = 1 / y + terms.rho + parts["buffer"][i]
+    # Group draws put each slot's G - 1 mates in the batch: k0_bar / y (section 11.9).
+    fresh = 1 / y if draws == "rollouts" else parts["k0"][i] / y
+    var = fresh + terms.rho + parts["buffer"][i]
     return parts["sigma_bar2"][i] / _worth_bar(terms, x, y) ** 2 * (1 + y / mu) * var
 
 
@@ -175,11 +184,13 @@ class HorizonDesign:
 
 
 def optimal_design(terms: HorizonTerms, *, mu: float, max_horizon: int | None = None,
-                   max_replay: float | None = None) -> HorizonDesign:
+                   max_replay: float | None = None, draws: str = "rollouts") -> HorizonDesign:
     """Minimise J_h over integer 1 <= x <= max_horizon (default terms.length) and
     Y_MIN <= y <= min(x, max_replay) (N >= B: y <= x): a log grid in y per x, then Brent's
-    method in y at the ``POLISHED`` horizons with the lowest grid minima (section 11.5)."""
+    method in y at the ``POLISHED`` horizons with the lowest grid minima (section 11.5).
+    ``draws``: as in ``objective`` (section 11.9)."""
     checks.positive("mu", mu)
+    checks.choice("draws", draws, DRAWS)
     top = terms.length if max_horizon is None else checks.integer("max_horizon", max_horizon, 1,
                                                              terms.length)
     x = np.arange(1, top + 1, dtype=float)
@@ -189,13 +200,13 @@ def optimal_design(terms: HorizonTerms, *, mu: float, max_horizon: int | None = 
     xx = np.broadcast_to(x[:, None], yy.shape)
     j = np.full(yy.shape, np.inf)
     ok = ~np.isnan(yy)
-    j[ok] = objective(terms, xx[ok], yy[ok], mu=mu)
+    j[ok] = objective(terms, xx[ok], yy[ok], mu=mu, draws=draws)
     # The surface is often flat in x: polish y at the few horizons whose grid minima lead.
     best = (np.inf, 0, 0.0)
     for i in np.argsort(j.min(1))[:POLISHED]:
         k = int(np.argmin(j[i]))
         hi = float(cap[i, 0]) if np.ndim(cap) else float(cap)
-        res = minimize_scalar(lambda yv: float(objective(terms, x[i], yv, mu=mu)),
+        res = minimize_scalar(lambda yv: float(objective(terms, x[i], yv, mu=mu, draws=draws)),
                               bounds=(float(ys[max(k - 1, 0)]),
                                       min(float(ys[min(k + 1, len(ys) - 1)]), hi)),
                               method="bounded")

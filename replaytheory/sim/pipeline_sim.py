@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import checks
-from ..buffer import SAMPLING_MODES, ReplayIndex
+from ..buffer import GROUP_MODES, SAMPLING_MODES, ReplayIndex
 
 _WORKER, _TRAINER = 0, 1  # event kinds; at equal times insertions are handled first
 
@@ -111,6 +111,7 @@ class _Config:
     lifo: bool
     gen_jitter: float
     train_jitter: float
+    g: int
 
     @property
     def per_draw(self) -> int:
@@ -120,7 +121,7 @@ class _Config:
     @classmethod
     def checked(cls, *, workers, trainers, mu, batch_size, buffer_size, rollouts,
                 refresh_every, sharded, lifo, sampling, delta, positive_rate, chunk, min_fill,
-                gen_jitter, train_jitter) -> _Config:
+                gen_jitter, train_jitter, group_size=1) -> _Config:
         """``simulate_pipeline``'s arguments (same names) checked against the ranges of its
         docstring."""
         w = checks.integer("workers", workers, 1)
@@ -138,6 +139,10 @@ class _Config:
         if lifo and chunk > n:
             raise ValueError(f"chunk must be <= buffer_size ({n}) with the LIFO queue, "
                              f"got {chunk}")
+        g = checks.integer("group_size", group_size, 1)
+        if not lifo and checks.choice("sampling", sampling, SAMPLING_MODES) in GROUP_MODES:
+            _check_whole_groups(g, shards, b=b, n=n, chunk=chunk,
+                                rollouts=checks.integer("rollouts", rollouts, 1))
         return cls(
             w=w, t=t, mu=checks.positive("mu", mu), b=b, n=n,
             total=checks.integer("rollouts", rollouts, 1),
@@ -148,7 +153,20 @@ class _Config:
             fill=b // shards if min_fill is None
             else checks.integer("min_fill", min_fill, 1, n // shards),
             shards=shards, lifo=lifo, gen_jitter=checks.nonnegative("gen_jitter", gen_jitter),
-            train_jitter=checks.nonnegative("train_jitter", train_jitter))
+            train_jitter=checks.nonnegative("train_jitter", train_jitter), g=g)
+
+
+def _check_whole_groups(g: int, shards: int, **sizes) -> None:
+    """A group sampling mode draws B / (shards G) whole groups per shard from shards of whole
+    groups, and the workers make whole groups: each size (batch_size b, buffer_size n,
+    chunk, rollouts) a multiple of G, b and n of shards x G."""
+    for name, value in sizes.items():
+        unit = g * shards if name in ("b", "n") else g
+        if value % unit:
+            key = {"b": "batch_size", "n": "buffer_size"}.get(name, name)
+            raise ValueError(f"{key} must be a multiple of group_size ({g})"
+                             f"{f' x shards ({shards})' if unit > g else ''} with a group "
+                             f"sampling mode, got {value}")
 
 
 @dataclass
@@ -180,7 +198,7 @@ def _new_state(cfg: _Config, seed) -> _State:
     rng = np.random.default_rng(seed)
     return _State(cfg=cfg, rng=rng,
                   buf=ReplayIndex(cfg.n, sampling=cfg.sampling, delta=cfg.delta,
-                                  shards=cfg.shards, lifo=cfg.lifo),
+                                  shards=cfg.shards, lifo=cfg.lifo, group_size=cfg.g),
                   gen_time=_Durations(cfg.gen_jitter, rng),
                   step_time=_Durations(cfg.train_jitter, rng), fill=cfg.fill,
                   version=np.zeros(cfg.w, dtype=np.int64),
@@ -302,7 +320,8 @@ def simulate_pipeline(*, workers: int, trainers: int, mu: float, batch_size: int
                       sampling: str = "with_replacement", delta: float = 0.0,
                       positive_rate: float = 0.5, chunk: int | None = None,
                       min_fill: int | None = None, gen_jitter: float = 0.0,
-                      train_jitter: float = 0.0, seed: int = 0) -> PipelineResult:
+                      train_jitter: float = 0.0, seed: int = 0,
+                      group_size: int = 1) -> PipelineResult:
     """Simulate the asynchronous system of theory.md sections 1-2 until ``rollouts`` are made.
 
     Args:
@@ -318,8 +337,9 @@ def simulate_pipeline(*, workers: int, trainers: int, mu: float, batch_size: int
         sharded: one shard of N/T per trainer (new rollouts spread round robin) or one buffer.
         lifo: the no-buffer baseline (freshest first, each rollout used once, workers block
             while the queue is full) instead of the replay buffer.
-        sampling: "with_replacement" (the theory), "without_replacement" (within a batch) or
-            "never_used_first".
+        sampling: "with_replacement" (the theory), "without_replacement" (within a batch),
+            "never_used_first", or whole groups of ``group_size``, "groups_with_replacement"
+            (section 11.9's model) or "groups_without_replacement" (``buffer.SAMPLING_MODES``).
         delta: positive-bias coefficient in [0, 1) (0 = plain FIFO).
         positive_rate: probability in [0, 1] that a rollout is correct (reward > 0); only used
             with delta > 0.
@@ -329,6 +349,9 @@ def simulate_pipeline(*, workers: int, trainers: int, mu: float, batch_size: int
         gen_jitter, train_jitter: coefficient of variation (>= 0) of generation and step
             durations (gamma distributed); 0 = deterministic.
         seed: seed of the random stream (sampling, rewards, jitter).
+        group_size: G >= 1, rollouts per prompt group; with a group sampling mode (not the
+            LIFO queue) a worker's chunk is whole groups (consecutive ids), and batch_size and
+            buffer_size must be multiples of G (x T when sharded), chunk and rollouts of G.
 
     Returns:
         ``PipelineResult``.
@@ -338,7 +361,7 @@ def simulate_pipeline(*, workers: int, trainers: int, mu: float, batch_size: int
                           refresh_every=refresh_every, sharded=sharded, lifo=lifo,
                           sampling=sampling, delta=delta, positive_rate=positive_rate,
                           chunk=chunk, min_fill=min_fill, gen_jitter=gen_jitter,
-                          train_jitter=train_jitter)
+                          train_jitter=train_jitter, group_size=group_size)
     st = _new_state(cfg, seed)
     for j in range(cfg.w):
         _start_chunk(st, j, 0.0)

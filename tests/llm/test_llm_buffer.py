@@ -140,3 +140,27 @@ def test_probe_groups_picks_complete_kept_groups_spread_over_insertion():
     assert buf.probe_groups(4, {0, 1}, limit=3).rollouts == []
     assert buf.probe_groups(4, {2}, limit=0).rollouts == []
     assert len(buf.probe_groups(4, set(range(9)), limit=50).rollouts) == 4 * 7
+
+
+def test_group_draws_hand_out_whole_groups_per_shard():
+    """``buffer.sampling`` group modes (theory.md section 11.9): B / (T G) whole groups per
+    shard, each group on one shard."""
+    from llm_experiments.config import load_config
+    cfg = load_config("cpu_tiny", ["schedule.mode=async", "schedule.mu_accounting=2",
+                                   "schedule.trainers=2", "schedule.batch_size=16",
+                                   "schedule.group_size=4", "buffer.capacity=32",
+                                   "buffer.sampling=groups_without_replacement"])
+    buf = RolloutBuffer.for_config(cfg)
+    for g in range(8):
+        buf.add(rollouts(4 * g, 4, version=g, group=100 + g), insert_step=g)
+    assert buf.can_sample(16)
+    batch = buf.sample(16, step=8, rng=np.random.default_rng(0))
+    shard_of = {int(i): k for k in range(2) for i in buf.index.items(k)}
+    by_group = {}
+    for r in batch:
+        by_group.setdefault(r.group_id, []).append(r.item_id)
+    assert len(by_group) == 4 and all(len(v) == 4 for v in by_group.values())
+    assert all(len({shard_of[i] for i in v}) == 1 for v in by_group.values())
+    assert sorted(shard_of[r.item_id] for r in batch) == [0] * 8 + [1] * 8
+    with pytest.raises(ValueError, match="consecutive ids of one key"):
+        buf.add(rollouts(100, 2, group=7) + rollouts(102, 2, group=8), insert_step=9)

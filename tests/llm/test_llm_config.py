@@ -149,3 +149,29 @@ def test_buffer_horizon_sets_capacity():
     assert c.buffer.capacity % 2 == 0 and abs(c.buffer.capacity - 4 * 64 * 6 / 13.68) <= 2
     with pytest.raises(ValueError, match="buffer.horizon"):
         load_config("cpu_tiny", ["buffer.horizon=-1"])
+
+
+def test_group_draws_need_whole_groups_per_trainer_and_shard():
+    """Section 11.9: each trainer draws B / (T G) whole groups from a shard of whole groups."""
+    base = ["buffer.sampling=groups_without_replacement", "schedule.group_size=8"]
+    cfg = load_config("cpu_tiny", base + ["buffer.capacity=256"])
+    assert cfg.buffer.sampling == "groups_without_replacement"
+    with pytest.raises(ValueError, match=r"schedule.batch_size \(60\) must be a multiple of "
+                                         r"schedule.group_size \(8\) = 8 .* e.g. 56 or 64"):
+        load_config("cpu_tiny", base + ["schedule.batch_size=60"])
+    with pytest.raises(ValueError, match=r"buffer.capacity \(100\) must be a multiple of "
+                                         r"schedule.group_size \(8\) = 8"):
+        load_config("cpu_tiny", base + ["buffer.capacity=100"])
+    asynch = base + ["schedule.mode=async", "schedule.mu_accounting=2", "schedule.trainers=2",
+                     "buffer.capacity=240", "schedule.batch_size=72"]
+    with pytest.raises(ValueError, match=r"schedule.batch_size \(72\) must be a multiple of "
+                                         r"schedule.group_size \(8\) x schedule.trainers "
+                                         r"\(2\) = 16"):
+        load_config("cpu_tiny", asynch)
+    # without replacement a shard must keep a batch's groups; with replacement one group
+    with pytest.raises(ValueError, match=r"buffer.capacity per shard \(56\) must be >= 64"):
+        load_config("cpu_tiny", base + ["buffer.capacity=56"])
+    load_config("cpu_tiny", ["buffer.sampling=groups_with_replacement", "buffer.capacity=8"])
+    # the horizon rounds the capacity up to whole groups: 4 x 64 / 1.4 = 182.9 -> 184
+    c = load_config("cpu_tiny", base + ["buffer.horizon=4", "schedule.replay_ratio=1.4"])
+    assert c.buffer.capacity == 184

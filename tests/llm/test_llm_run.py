@@ -121,6 +121,20 @@ def test_async_emulation(tmp_path):
     assert set(summary["histograms"]["off_policiness"]) <= set(range(0, 12))
 
 
+def test_async_emulation_with_group_draws(tmp_path):
+    """``buffer.sampling=groups_with_replacement`` (theory.md section 11.9): each trainer
+    draws B / (T G) = 2 whole groups from its shard, so the rollouts of a group share their
+    use count and every count of the replay-ratio histogram is a multiple of G = 4."""
+    summary, _ = run_small(tmp_path / "g", "run.steps=12", "schedule.mode=async",
+                           "schedule.workers=2", "schedule.trainers=2",
+                           "schedule.mu_accounting=2.0", "eval.every=100",
+                           "buffer.sampling=groups_with_replacement")
+    assert summary["samples_consumed"] == 12 * 16
+    counts = summary["histograms"]["replay_ratio"]
+    assert sum(counts.values()) == summary["samples_generated"]
+    assert all(c % 4 == 0 for c in counts.values()) and len(counts) > 1
+
+
 def _cli(out, *extra):
     return [sys.executable, "-m", "llm_experiments", "run", "--out", out, "--config",
             "cpu_tiny"] + [a for kv in SMALL + DETERMINISTIC + list(extra)
