@@ -32,7 +32,7 @@ from replaytheory.cli_input import BadInput, file_label, kind_name, read_text
 
 from .engines import ENGINES
 from .engines.ray_plan import chunk_groups, lifo_min_capacity
-from .samplers import BACKENDS
+from .samplers import BACKENDS, CDF_DTYPES
 from .rl.schedule import MODES, buffer_shards, rollouts_per_step
 from .tasks import TASKS
 
@@ -310,6 +310,13 @@ class SamplerConfig(_Section):
         default is 0.9, which leaves a trainer on the same GPU too little).
     vllm_eager: run vLLM eagerly (true) or let it capture CUDA graphs (false; faster
         decoding on a GPU, slower start).
+    compact_below: HF sampler: when the share of its rows still decoding is at or below this,
+        in [0, 1], finished rows leave the KV cache at a completion check (0 = never).
+        The samples do not change (each row keeps its own uniforms; bitwise on CPU).
+    cdf_dtype: HF sampler's inverse-CDF sum, one of ``samplers.CDF_DTYPES``: "float64"
+        (the reference), "float32" (a float32 sum over the vocabulary), "blocked" (float32
+        within 1,024-token blocks, float64 across them; <= ~2e-4 chance of another token
+        than float64's at a 152k vocabulary, float32: ~4e-3), "auto" = float64 on CPU, blocked elsewhere.
     """
 
     SECTION: ClassVar[str] = "sampler"
@@ -320,6 +327,8 @@ class SamplerConfig(_Section):
     vllm_kv_cache_gb: int = _int(1, 1)
     vllm_gpu_memory: float = _real(0.4, 0.0, 1.0, lo_open=True)
     vllm_eager: bool = _flag(True)
+    compact_below: float = _real(0.0, 0.0, 1.0)
+    cdf_dtype: str = _choice("auto", CDF_DTYPES)
 
 
 @dataclass

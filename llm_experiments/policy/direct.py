@@ -181,6 +181,15 @@ class StaticDecoder:
         hidden = run_layers(self.model, self.model.model.embed_tokens(tok), pos, attend)
         return self.model.lm_head(hidden[:, -1])
 
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (indices into the current rows, after ``prefill``): later
+        steps take and return those rows only (finished sequences stop costing compute)."""
+        # Layer by layer, so that at most one layer's old cache is held beside the new one.
+        for cache in (self.keys, self.values):
+            for i, layer in enumerate(cache):
+                cache[i] = layer.index_select(0, rows)
+        self.valid = self.valid.index_select(0, rows)
+
 
 def _shared_prompt_states(model, batch):
     """(prompt_last (U, h), completion (n, L-1, h) or None): final-normed hidden states of a

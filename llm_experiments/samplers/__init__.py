@@ -18,6 +18,9 @@ import numpy as np
 
 # The sampler backends (``sampler.backend``): torch with a KV cache, or a vLLM engine.
 BACKENDS = ("hf", "vllm")
+# Float type of the HF sampler's inverse-CDF sum over the vocabulary (``sampler.cdf_dtype``):
+# "auto" = float64 on CPU (the bitwise reference), "blocked" on other devices.
+CDF_DTYPES = ("auto", "float64", "float32", "blocked")
 
 
 @dataclass
@@ -79,4 +82,5 @@ def make_sampler(cfg, model, tokenizer) -> Sampler:
                            else cfg.sampler.vllm_gpu_memory)
     from .hf import HFSampler
     return HFSampler(model, tokenizer.eos_token_id, tokenizer.pad_token_id,
-                     direct=cfg.run.direct_forward, dtype=dtype)
+                     direct=cfg.run.direct_forward, dtype=dtype,
+                     compact_below=cfg.sampler.compact_below, cdf=cfg.sampler.cdf_dtype)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..policy.direct import StaticDecoder, left_pad, supports
-from . import Generation, WeightUpdate
+from . import CDF_DTYPES, Generation, WeightUpdate
 
 
 def step_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -32,16 +32,68 @@ def step_distribution(logits: torch.Tensor, temperature: float, top_p: float) ->
     return torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
 
 
+def _below(x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """x capped strictly below ``total``: a uniform that rounds up to the total mass must
+    still land in a token of positive probability (the cdf is flat after the last one)."""
+    return torch.minimum(x, torch.nextafter(total, torch.zeros_like(total)))
+
+
 def inverse_cdf(logp: torch.Tensor, u: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
-    """Token ids with P(id) = exp(logp) from uniforms u in [0, 1) (one per row). dtype of
-    the cumulative sum: float64 (the reference), or float32 on a GPU, where a float64 sum
-    over the vocabulary every token is slow (~1e-7 relative error per token's bin edge;
-    picks the same token except for uniforms within that of an edge)."""
+    """Token ids (n,) with P(id) = exp(logp) from uniforms u in [0, 1) (one per row).
+
+    dtype of the cumulative sum: float64 (the reference; exact to ~1e-16 per bin edge) or
+    float32, whose sequential rounding moves each bin edge by up to ~1e-7 of the total mass:
+    with the same uniform a different token than float64's with probability up to the sum of
+    the edge shifts (1.5e-3 to 4.4e-3 measured over 151,936 tokens), and a token of probability below
+    the float32 spacing of the cdf at its edge (~6e-8 near the end) is drawn at a wrong rate.
+    """
     cdf = torch.cumsum(logp.exp().to(dtype), dim=-1)
-    x = (u.to(dtype) * cdf[:, -1]).unsqueeze(-1)
+    x = _below(u.to(dtype) * cdf[:, -1], cdf[:, -1]).unsqueeze(-1)
     # side="right": a zero-probability token (flat cdf) can never be selected.
-    idx = torch.searchsorted(cdf, x, right=True).squeeze(-1)
-    return idx.clamp(max=logp.shape[-1] - 1)
+    return torch.searchsorted(cdf, x, right=True).squeeze(-1)
+
+
+def blocked_inverse_cdf(logp: torch.Tensor, u: torch.Tensor, block: int = 1024) -> torch.Tensor:
+    """``inverse_cdf`` without a float64 sum over the vocabulary: float32 cumulative sums
+    within blocks of ``block`` tokens (>= 1), float64 only over the V / block block masses.
+
+    The uniform picks a block by the float64 sum of block masses, then a token inside it by
+    the block's float32 cdf. A bin edge moves by the float32 rounding of its block's sums
+    (relative to the block's mass, not the total's as in a float32 sum over the vocabulary):
+    over 151,936 tokens (four random distributions) the same uniform picks a different token
+    than the float64 reference with probability at most 1e-5 to 2e-4 (the sum of the edge
+    shifts), against 1.5e-3 to 4.4e-3 for ``inverse_cdf`` in float32, and the rates of the
+    rarest tokens are kept to the float32 spacing of their block's cdf. The caller's
+    log-prob of the chosen token (read from ``logp``) is exact whichever token is chosen.
+    """
+    n, vocab = logp.shape
+    p = logp.exp().float()
+    pad = -vocab % block
+    inner = torch.cumsum(torch.nn.functional.pad(p, (0, pad)).view(n, -1, block), dim=-1)
+    outer = torch.cumsum(inner[..., -1].double(), dim=-1)  # (n, blocks)
+    x = _below(u.double() * outer[:, -1], outer[:, -1])
+    # side="right": a block (then a token) of zero mass is never selected.
+    j = torch.searchsorted(outer, x[:, None], right=True)
+    start = torch.cat([torch.zeros_like(outer[:, :1]), outer], -1).gather(-1, j)
+    cdf = inner[torch.arange(n, device=p.device), j.squeeze(-1)]  # (n, block) float32
+    r = _below((x[:, None] - start).float(), cdf[:, -1:])
+    return j.squeeze(-1) * block + torch.searchsorted(cdf, r, right=True).squeeze(-1)
+
+
+def sample_step(logits: torch.Tensor, temperature: float, top_p: float, u: torch.Tensor,
+                cdf: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids (n,), their float32 log-probs under the sampling distribution (n,)) for
+    next-token logits (n, V): greedy at temperature 0, else ``step_distribution`` sampled by
+    the uniforms u (n,) through ``inverse_cdf`` (cdf "float64" or "float32") or
+    ``blocked_inverse_cdf`` (cdf "blocked")."""
+    if temperature == 0.0:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        tok = logp.argmax(-1)
+    else:
+        logp = step_distribution(logits, temperature, top_p)
+        tok = blocked_inverse_cdf(logp, u) if cdf == "blocked" else \
+            inverse_cdf(logp, u, getattr(torch, cdf))
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1).float()
 
 
 class GenericDecoder:
@@ -76,6 +128,11 @@ class GenericDecoder:
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
         return self._forward(tok, pos)
 
+    def keep(self, rows: torch.Tensor) -> None:
+        """Drop every row but ``rows`` (indices into the current rows) from the cache."""
+        self.mask = self.mask[rows]
+        self.cache.batch_select_indices(rows)
+
 
 # Decode steps between checks whether every row has ended: a check waits for the device
 # (a host sync), which on a GPU costs more than a few decode steps of finished rows.
@@ -88,9 +145,19 @@ class HFSampler:
     direct: decode with ``direct.StaticDecoder`` where it supports the model (static cache,
     each distinct prompt prefilled once), else through the generic forward. dtype: of the
     sampler's copy (None = the model's; weights loaded later are cast to it).
+    compact_below: share of the decoder's rows still unfinished, in [0, 1], at or under which
+    the finished rows are dropped from the cache at a completion check (0 = never); each row keeps
+    its own uniforms, so the samples do not depend on it (bitwise on CPU, tests/llm/
+    test_gpu_decode.py). cdf: ``CDF_DTYPES``, the inverse-CDF sum ("auto": float64 on CPU,
+    "blocked" elsewhere; see ``inverse_cdf`` and ``blocked_inverse_cdf`` for their errors).
     """
 
-    def __init__(self, model, eos_id: int, pad_id: int, direct: bool = True, dtype=None):
+    def __init__(self, model, eos_id: int, pad_id: int, direct: bool = True, dtype=None,
+                 compact_below: float = 0.0, cdf: str = "auto"):
+        if not 0.0 <= compact_below <= 1.0:
+            raise ValueError(f"compact_below must be in [0, 1], got {compact_below}")
+        if cdf not in CDF_DTYPES:
+            raise ValueError(f"cdf must be one of {CDF_DTYPES}, got {cdf!r}")
         self.model = copy.deepcopy(model).eval()
         if dtype is not None:
             self.model.to(dtype=dtype)
@@ -99,6 +166,7 @@ class HFSampler:
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
         self.version = -1
         self.direct = bool(direct) and supports(self.model)
+        self.compact_below, self.cdf = float(compact_below), cdf
         self._own = self.model.state_dict()  # views of the weights, for load_weights
 
     @property
@@ -120,11 +188,9 @@ class HFSampler:
                 self.model.load_state_dict(state)
         self.version = int(update.version)
 
-    @torch.no_grad()
-    def generate(self, prompts, *, max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, seed: int = 0, uniforms=None) -> Generation:
-        """See ``Sampler.generate``."""
-        n, dev = len(prompts), self.device
+    def _uniforms(self, n: int, max_new_tokens: int, seed: int, uniforms) -> torch.Tensor:
+        """The (n, max_new_tokens) float64 uniforms on the device: given, or drawn upfront
+        from ``seed`` (row i's draws are row i's whatever the other rows do)."""
         if uniforms is None:
             gen = torch.Generator().manual_seed(int(seed))
             u_all = torch.rand((n, max_new_tokens), generator=gen, dtype=torch.float64)
@@ -133,35 +199,47 @@ class HFSampler:
             if u_all.shape != (n, max_new_tokens):
                 raise ValueError(f"uniforms must have shape ({n}, {max_new_tokens}), got "
                                  f"{tuple(u_all.shape)}")
-        u_all = u_all.to(dev)
+        return u_all.to(self.device)
+
+    @torch.no_grad()
+    def generate(self, prompts, *, max_new_tokens: int, temperature: float,
+                 top_p: float = 1.0, seed: int = 0, uniforms=None) -> Generation:
+        """See ``Sampler.generate``."""
+        n, dev = len(prompts), self.device
+        u_all = self._uniforms(n, max_new_tokens, seed, uniforms)
         decoder = StaticDecoder(self.model, prompts, max_new_tokens, self.pad_id, dev) \
             if self.direct else GenericDecoder(self.model, prompts, self.pad_id, dev)
         logits = decoder.prefill()
         next_pos = decoder.next_positions()
-        # Outputs stay on the device and are written whole columns at a time.
+        # Outputs stay on the device and are written whole columns at a time; ``rows`` maps
+        # the decoder's rows to the outputs' (all of them until a compaction).
         tokens = torch.full((n, max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
         logprobs = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=dev)
         done = torch.zeros(n, dtype=torch.bool, device=dev)
         lengths = torch.full((n,), max_new_tokens, dtype=torch.long, device=dev)
+        rows = torch.arange(n, device=dev)
         check = CHECK_EVERY.get(dev.type, 1)
-        cdf_dtype = torch.float64 if dev.type == "cpu" else torch.float32
+        cdf = self.cdf if self.cdf != "auto" else "float64" if dev.type == "cpu" else "blocked"
         for t in range(max_new_tokens):
-            if temperature == 0.0:
-                logp = torch.log_softmax(logits.float(), dim=-1)
-                tok = logp.argmax(-1)
-            else:
-                logp = step_distribution(logits, temperature, top_p)
-                tok = inverse_cdf(logp, u_all[:, t], cdf_dtype)
-            lp = logp.gather(-1, tok[:, None]).squeeze(-1).float()
-            live = ~done
-            tokens[:, t] = torch.where(live, tok, self.pad_id)
-            logprobs[:, t] = torch.where(live, lp, 0.0)
+            tok, lp = sample_step(logits, temperature, top_p, u_all[rows, t], cdf)
+            live = ~done[rows]
+            tokens[rows, t] = torch.where(live, tok, self.pad_id)
+            logprobs[rows, t] = torch.where(live, lp, 0.0)
             ended = live & (tok == self.eos_id)
-            lengths = torch.where(ended, t + 1, lengths)
-            done |= ended
-            # Finished rows keep decoding until the next check; they write pad and 0.
-            if t == max_new_tokens - 1 or ((t + 1) % check == 0 and bool(done.all())):
+            lengths[rows] = torch.where(ended, t + 1, lengths[rows])
+            done[rows] = ~live | ended
+            if t == max_new_tokens - 1:
                 break
+            # Finished rows decode on until a check (a host sync); they write pad and 0.
+            if (t + 1) % check == 0:
+                alive = ~done[rows]
+                left = int(alive.sum())
+                if left == 0:
+                    break
+                if left <= self.compact_below * len(rows):
+                    keep = alive.nonzero().squeeze(-1)
+                    decoder.keep(keep)
+                    rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]
             logits = decoder.step(tok[:, None], next_pos, t)
             next_pos = next_pos + 1
         return Generation(tokens.cpu().numpy().astype(np.int32), logprobs.cpu().numpy(),
