@@ -236,7 +236,7 @@ class HFSampler:
                 left = int(alive.sum())
                 if left == 0:
                     break
-                if left <= self.compact_below * len(rows):
+                if left < len(rows) and left <= self.compact_below * len(rows):
                     keep = alive.nonzero().squeeze(-1)
                     decoder.keep(keep)
                     rows, tok, next_pos = rows[keep], tok[keep], next_pos[keep]

@@ -41,13 +41,18 @@ def eos_prone_sampler(model, tok, **kw):
 
 
 class CountingDecoder(hf.StaticDecoder):
-    """A static decoder that counts the row-steps it decodes (rows x steps)."""
+    """A static decoder that counts the row-steps it decodes (rows x steps) and checks that
+    every compaction drops a row (a copy of the cache that drops none is waste)."""
 
     row_steps = 0
 
     def step(self, tok, pos, t):
         CountingDecoder.row_steps += tok.shape[0]
         return super().step(tok, pos, t)
+
+    def keep(self, rows):
+        assert 0 < len(rows) < self.valid.shape[0]
+        super().keep(rows)
 
 
 def test_compacting_finished_rows_keeps_every_sample_and_saves_row_steps(monkeypatch):
