@@ -50,17 +50,54 @@ from .model.reuse import optimal_design as reuse_optimal_design
 # the default is their median, for users who have not measured their own (section 10.11).
 DEFAULT_REUSE = ConstantReuse(0.67)
 
-# The horizon measured, not modelled (section 10.11). Best cell of the primary measure (AUC)
-# on every registered setting of this project, all tiny Qwen2 models trained by GRPO for
-# 300 updates: x = 64 at every mu of results/cpu_sweep_v3/validation.json (2-digit addition,
-# 10 seeds, x up to 256: bracketed), results/heldout_digits3/validation.json (3-digit
-# addition), results/heldout_wide/validation.json (a 2x wider model) and
-# results/heldout_init/validation.json at its measured mu and mu = 2 (at mu = 6.84 its 5 seeds
-# gave x = 16, which cpu_sweep_v3's 10 seeds from the same policy moved to 64); on the held-out
-# grids 64 is the largest x (theory.md 8.10, 10.9-10.12). No horizon model predicts it yet.
+# The horizon measured, not modelled (sections 10.11, 11.8, 11.10): the best grid horizon of
+# the primary measure (AUC) at each judged mu of every registered grid with a bracketed
+# optimum, all tiny Qwen2 models from the 0.26 policy on 2-digit addition, GRPO. It grows with
+# the length of the run: 64 in runs of 300 updates (results/cpu_sweep_v3/validation.json, 10
+# seeds, x up to 256; the three held-out settings of 300 updates agree where their grids reach
+# it, 8.10), 8-16 in runs of 100 with groups of 8 (results/horizon_short) and 4-8 with groups
+# of 4 (results/horizon_g4). No horizon model predicts it yet (11.10).
+@dataclass(frozen=True)
+class MeasuredHorizon:
+    """The best horizon of one judged grid (updates), per judged mu."""
+
+    setting: str
+    run_updates: int  # trainer updates per run of the grid
+    group_size: int  # rollouts per prompt, G
+    best: tuple[float, ...]  # best grid horizon at each judged mu
+
+    @property
+    def share(self) -> float:
+        """The median best horizon as a share of the run, in (0, 1]."""
+        return float(np.median(self.best)) / self.run_updates
+
+
+MEASURED_HORIZONS = (
+    MeasuredHorizon("cpu_sweep_v3", 300, 8, (64.0, 64.0, 64.0)),
+    MeasuredHorizon("horizon_short", 100, 8, (8.0, 8.0, 16.0)),
+    MeasuredHorizon("horizon_g4", 100, 4, (8.0, 8.0, 4.0)),
+)
+# Without run_updates the calculator keeps the horizon of the longest runs measured, G = 8.
 MEASURED_HORIZON = 64.0  # trainer updates
 MEASURED_RUN_UPDATES = 300  # the length of the runs it was measured on
-MEASURED_HORIZON_SHARE = MEASURED_HORIZON / MEASURED_RUN_UPDATES  # 0.213 of the run
+
+
+def measured_horizon(run_updates: int | None) -> float:
+    """The measured best horizon for a run of ``run_updates`` trainer updates (>= 1, or None).
+
+    None: ``MEASURED_HORIZON`` (64 updates). Otherwise the share of the run measured on the
+    groups-of-8 grid whose run length is nearest in log scale (21% at 300 updates, 8% at
+    100), times run_updates, at least 1 (sections 10.11, 11.10). An empirical rule from
+    two run lengths, not a model: say so to whoever uses it.
+    """
+    if run_updates is None:
+        return MEASURED_HORIZON
+    checks.integer("run_updates", run_updates, 1)
+    g8 = [m for m in MEASURED_HORIZONS if m.group_size == 8]
+    nearest = min(g8, key=lambda m: abs(np.log(run_updates / m.run_updates)))
+    return max(1.0, nearest.share * run_updates)
+
+
 # Whether any horizon model (section 5, 10 or later) has predicted measured optima: not yet.
 HORIZON_MODEL_VALIDATED = False
 HORIZON_MEASURED, HORIZON_MODEL = "measured", "model"
@@ -353,11 +390,9 @@ def _candidate(rows: Rows, minima: RowMinima) -> _Candidate | None:
 
 
 def _measured_target(req: _Request) -> float:
-    """The measured best horizon for this request (updates): ``MEASURED_HORIZON``, or
-    ``MEASURED_HORIZON_SHARE`` of ``run_updates`` (at least 1), within the horizon limit."""
-    x = MEASURED_HORIZON if req.run_updates is None \
-        else max(1.0, MEASURED_HORIZON_SHARE * req.run_updates)
-    return min(x, req.horizon_limit)
+    """The measured best horizon for this request (updates, ``measured_horizon``), within
+    the horizon limit."""
+    return min(measured_horizon(req.run_updates), req.horizon_limit)
 
 
 def _at_measured(req: _Request, rows: Rows, score, notes: list[str]) -> _Candidate:
@@ -432,9 +467,7 @@ def _capped(req: _Request, best: _Candidate, source: str) -> bool:
     """Whether the horizon limit, not the objective, set the horizon: the measured horizon
     past the limit, or the model's optimum at the largest N the limit allows."""
     if source == HORIZON_MEASURED:
-        wanted = MEASURED_HORIZON if req.run_updates is None \
-            else MEASURED_HORIZON_SHARE * req.run_updates
-        return wanted > req.horizon_limit
+        return measured_horizon(req.run_updates) > req.horizon_limit
     return best.at_top
 
 
@@ -519,7 +552,8 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
             the integers there; "model" takes the model's own horizon (``Calibration``'s
             default).
         run_updates: trainer updates the run will make (integer >= 1), or None. With
-            "measured", the horizon is then ``MEASURED_HORIZON_SHARE`` (64/300) of it.
+            "measured", the horizon is then ``measured_horizon(run_updates)``: the share of
+            the run measured at the nearest run length (21% of 300 updates, 8% of 100).
 
     Returns:
         A frozen ``ReplayRecommendation``. On-policy (N = B, each rollout used once) is a
@@ -645,10 +679,10 @@ def _explain(rec: ReplayRecommendation, req: _Request) -> str:
             f"as noisy; {verdict}.{_explain_range(rec, noise)}{_explain_horizon(rec, req)}")
 
 
-_MEASUREMENT = (f"the best horizon measured on every registered setting of this project was "
-                f"{MEASURED_HORIZON:g} updates, {MEASURED_HORIZON_SHARE:.0%} of a "
-                f"{MEASURED_RUN_UPDATES}-update run (2-digit and 3-digit addition, tiny models, "
-                f"GRPO; theory.md 8.10, 10.9-10.12)")
+_MEASUREMENT = ("the best horizon measured on this project's registered grids grows with the "
+                "run: 64 updates in runs of 300 (21%), 8-16 in runs of 100 with groups of 8 "
+                "and 4-8 with groups of 4 (2-digit addition, tiny models, GRPO; theory.md "
+                "8.10, 11.8, 11.10)")
 
 
 def _explain_horizon(rec: ReplayRecommendation, req: _Request) -> str:
@@ -656,19 +690,19 @@ def _explain_horizon(rec: ReplayRecommendation, req: _Request) -> str:
     if rec.on_policy:
         if req.horizon_source != HORIZON_MEASURED:
             return ""
-        return (f" The model's regime is kept although {_MEASUREMENT}, and on-policy training"
-                f" lost to it there.")
+        return (f" The model's regime is kept; {_MEASUREMENT}, and on-policy training lost "
+                f"0-13% of the best gain there.")
     model_x = (f"the model's own choice is x = {rec.model_horizon:.3g} (continuous optimum "
                f"x* = {rec.design.horizon:.3g})")
     if rec.horizon_source == HORIZON_MEASURED:
         share = ("" if req.run_updates is None else
-                 f" ({MEASURED_HORIZON_SHARE:.0%} of run_updates = {req.run_updates})")
+                 f" ({rec.horizon / req.run_updates:.0%} of run_updates = {req.run_updates})")
         # The model's saving at a horizon it would not choose is the part measurements
         # contradict: there a long buffer beat on-policy training (section 8.10).
         doubt = ("" if rec.predicted_saving >= 0 else
                  " The predicted saving above is the model's, whose horizon term is what the "
-                 "measurements contradict: on those settings this horizon beat on-policy "
-                 "training, which lost 5-13% of the best gain (theory.md 8.10).")
+                 "measurements contradict: on those settings the best buffer beat on-policy "
+                 "training, which lost 0-13% of the best gain (theory.md 8.10, 11.10).")
         return (f" The horizon is measured, not modelled: x = {rec.horizon:.3g} updates"
                 f"{share}, because {_MEASUREMENT}, and no horizon model is validated; "
                 f"{model_x}; y and the integers are the model's best at this horizon. "

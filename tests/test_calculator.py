@@ -9,7 +9,7 @@ import replaytheory
 from replaytheory import (PowerLawNoise, ReplayRecommendation, TabulatedNoise, compute_ratio,
                           design_grid, optimal_config, optimal_design)
 from replaytheory.model import reuse as ru
-from replaytheory.calculator import (DEFAULT_REUSE, MEASURED_HORIZON, MEASURED_HORIZON_SHARE,
+from replaytheory.calculator import (DEFAULT_REUSE, MEASURED_HORIZON,
                                      optimal_config as _optimal_config)
 
 

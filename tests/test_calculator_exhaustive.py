@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 from replaytheory import PowerLawNoise, TabulatedNoise, optimal_config
 from replaytheory.model import reuse as ru
 from replaytheory.calculator import (HORIZON_MODEL_VALIDATED, MEASURED_HORIZON,
-                                     MEASURED_HORIZON_SHARE)
+                                     MEASURED_HORIZONS, measured_horizon)
 
 
 def _objective(reuse, mu, rho, alpha):
@@ -136,8 +136,8 @@ def test_default_keeps_the_measured_horizon_not_the_smallest_buffer():
     assert cfg.horizon_source == "measured" and cfg.horizon == MEASURED_HORIZON
     assert cfg.horizon_validated is HORIZON_MODEL_VALIDATED is False
     assert cfg.model_horizon == pytest.approx(model.horizon) == pytest.approx(60 / 11)
-    for text in ("best horizon measured", "64 updates, 21% of a 300-update run",
-                 "2-digit and 3-digit addition", "x = 5.45"):
+    for text in ("best horizon measured", "64 updates in runs of 300 (21%)",
+                 "8-16 in runs of 100", "2-digit addition", "x = 5.45"):
         assert text in cfg.explanation
     # y is the model's best among the configurations at that horizon.
     j = _objective(ru.ConstantReuse(0.67), 30.0, 0.05, 0.05)
@@ -145,10 +145,36 @@ def test_default_keeps_the_measured_horizon_not_the_smallest_buffer():
     assert achieved(cfg, j) == pytest.approx(min(at_64), rel=1e-12)
 
 
+def test_measured_horizon_takes_the_share_at_the_nearest_measured_run_length():
+    # The measured table is what the committed verdicts say (sections 8.10, 11.8, 11.10).
+    assert {m.setting: m.share for m in MEASURED_HORIZONS} == pytest.approx(
+        {"cpu_sweep_v3": 64 / 300, "horizon_short": 0.08, "horizon_g4": 0.08})
+    assert measured_horizon(None) == MEASURED_HORIZON == 64
+    assert measured_horizon(300) == pytest.approx(64)
+    assert measured_horizon(100) == pytest.approx(8)
+    assert measured_horizon(150) == pytest.approx(12)  # nearer 100 than 300 in log scale
+    assert measured_horizon(200) == pytest.approx(200 * 64 / 300)
+    assert measured_horizon(3) == 1.0
+    with pytest.raises(ValueError, match="run_updates must be an integer >= 1"):
+        measured_horizon(0)
+
+
+def test_measured_horizons_match_the_committed_verdicts():
+    import json
+    from pathlib import Path
+    results = Path(__file__).resolve().parent.parent / "results"
+    for m in MEASURED_HORIZONS:
+        records = json.loads((results / m.setting / "validation.json").read_text())
+        accounted = [r for r in records if r["mu_source"] != "cell" and r["measure"] == "auc"]
+        assert tuple(r["best_horizon"]["horizon"] for r in accounted) == m.best
+
+
 def test_measured_horizon_scales_with_run_updates_and_respects_the_limit():
     cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=64, run_updates=1000)
-    assert cfg.horizon == pytest.approx(MEASURED_HORIZON_SHARE * 1000, rel=0.02)
-    assert "of run_updates = 1000" in cfg.explanation
+    assert cfg.horizon == pytest.approx(64 / 300 * 1000, rel=0.02)
+    assert "21% of run_updates = 1000" in cfg.explanation
+    short = optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=64, run_updates=100)
+    assert short.horizon == pytest.approx(8.0, rel=0.1)  # horizon_short's best, not 21
     capped = optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=64, max_horizon=20)
     assert capped.horizon <= 20 and capped.horizon_capped
     assert any("max_horizon = 20" in n for n in capped.notes)
@@ -167,7 +193,7 @@ def test_measured_horizon_under_a_split_and_the_model_keeps_the_regime():
     assert abs(cfg.buffer_size - 64 * cfg.rollouts_per_step) < cfg.trainers
     on = optimal_config(mu=6.84, rho=0.1, alpha=0.9, batch_size=64)
     assert on.on_policy and on.horizon_source == "model"
-    assert "on-policy training lost to it there" in on.explanation
+    assert "on-policy training lost 0-13% of the best gain there" in on.explanation
     # Cheap generation: the model keeps only fresh rollouts (x = 1, R = 34 > B = 18); no
     # stale rollout to put a horizon on, so its answer stands.
     fresh = optimal_config(mu=0.3, alpha=2.0, batch_size=18)
