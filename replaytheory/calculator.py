@@ -51,8 +51,8 @@ from .model.reuse import optimal_design as reuse_optimal_design
 DEFAULT_REUSE = ConstantReuse(0.67)
 
 # The horizon measured, not modelled (sections 10.11, 11.8, 11.10): the best grid horizon of
-# the primary measure (AUC) at each judged mu of every registered grid with a bracketed
-# optimum, all tiny Qwen2 models from the 0.26 policy on 2-digit addition, GRPO. It grows with
+# the primary measure (AUC) at each judged mu of the registered grids below, with a bracketed
+# optimum: tiny Qwen2 models from the pinned 0.26 policy on 2-digit addition, GRPO. It grows with
 # the length of the run: 64 in runs of 300 updates (results/cpu_sweep_v3/validation.json, 10
 # seeds, x up to 256; the three held-out settings of 300 updates agree where their grids reach
 # it, 8.10), 8-16 in runs of 100 with groups of 8 (results/horizon_short) and 4-8 with groups
@@ -79,7 +79,6 @@ MEASURED_HORIZONS = (
 )
 # Without run_updates the calculator keeps the horizon of the longest runs measured, G = 8.
 MEASURED_HORIZON = 64.0  # trainer updates
-MEASURED_RUN_UPDATES = 300  # the length of the runs it was measured on
 
 
 def measured_horizon(run_updates: int | None) -> float:
