@@ -55,8 +55,8 @@ DEFAULT_REUSE = ConstantReuse(0.67)
 # optimum: tiny Qwen2 models from the pinned 0.26 policy on 2-digit addition, GRPO. It grows with
 # the length of the run: 64 in runs of 300 updates (results/cpu_sweep_v3/validation.json, 10
 # seeds, x up to 256; the three held-out settings of 300 updates agree where their grids reach
-# it, 8.10), 8-16 in runs of 100 with groups of 8 (results/horizon_short) and 4-8 with groups
-# of 4 (results/horizon_g4). No horizon model predicts it yet (11.10).
+# it, 8.10), 8-16 in runs of 100 with groups of 8 (results/horizon_short, horizon_lr2) and 4-8
+# with groups of 4 (results/horizon_g4). No horizon model predicts it yet (11.10, 11.11).
 @dataclass(frozen=True)
 class MeasuredHorizon:
     """The best horizon of one judged grid (updates), per judged mu."""
@@ -75,6 +75,7 @@ class MeasuredHorizon:
 MEASURED_HORIZONS = (
     MeasuredHorizon("cpu_sweep_v3", 300, 8, (64.0, 64.0, 64.0)),
     MeasuredHorizon("horizon_short", 100, 8, (8.0, 8.0, 16.0)),
+    MeasuredHorizon("horizon_lr2", 100, 8, (8.0, 8.0, 8.0)),
     MeasuredHorizon("horizon_g4", 100, 4, (8.0, 8.0, 4.0)),
 )
 # Without run_updates the calculator keeps the horizon of the longest runs measured, G = 8.

@@ -148,7 +148,7 @@ def test_default_keeps_the_measured_horizon_not_the_smallest_buffer():
 def test_measured_horizon_takes_the_share_at_the_nearest_measured_run_length():
     # The measured table is what the committed verdicts say (sections 8.10, 11.8, 11.10).
     assert {m.setting: m.share for m in MEASURED_HORIZONS} == pytest.approx(
-        {"cpu_sweep_v3": 64 / 300, "horizon_short": 0.08, "horizon_g4": 0.08})
+        {"cpu_sweep_v3": 64 / 300, "horizon_short": 0.08, "horizon_lr2": 0.08, "horizon_g4": 0.08})
     assert measured_horizon(None) == MEASURED_HORIZON == 64
     assert measured_horizon(300) == pytest.approx(64)
     assert measured_horizon(100) == pytest.approx(8)
