@@ -15,25 +15,33 @@ import importlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 
 from replaytheory.cli_input import Parser, output_dir
 
 from .config import load_config, read_config
 
 
+@dataclass(frozen=True)
+class Forwarded:
+    """A command with its own parser: the module whose ``main`` runs it, and its help line."""
+
+    module: str  # relative to this package
+    help: str
+
+
 # Commands with their own parser (``python -m llm_experiments NAME --help`` shows it).
 FORWARDED = {
-    "sweep": "run a resumable grid of runs (see study/sweep.py)",
-    "predict": "calibrate on a setting and write prediction.json (see study/predict.py)",
-    "verify": "run a prediction's grid and judge it: validation.json (see study/verify.py)",
-    "judge": "seed-bootstrap verdicts of a registered sweep's curves (see study/judge.py)",
-    "trl": "train a config through TRL with the replay trainer (see integrations/trl_run.py)",
-    "demo": "the main job: calibrate, predict, compare (see study/demo.py)",
+    "sweep": Forwarded(".study.sweep", "run a resumable grid of runs"),
+    "predict": Forwarded(".study.predict",
+                         "calibrate on a setting and write prediction.json"),
+    "verify": Forwarded(".study.verify",
+                        "run a prediction's grid and judge it: validation.json"),
+    "judge": Forwarded(".study.judge", "seed-bootstrap verdicts of a registered sweep's curves"),
+    "trl": Forwarded(".integrations.trl_run",
+                     "train a config through TRL with the replay trainer"),
+    "demo": Forwarded(".study.demo", "the main job: calibrate, predict, compare"),
 }
-# The module of each forwarded command.
-FORWARDED_MODULES = {"sweep": ".study.sweep", "predict": ".study.predict",
-                     "verify": ".study.verify", "judge": ".study.judge",
-                     "trl": ".integrations.trl_run", "demo": ".study.demo"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=None,
                      help="Ray cluster address for schedule.engine=ray (default $RAY_ADDRESS, "
                           "else a local cluster)")
-    for name, text in FORWARDED.items():
-        forwarded = sub.add_parser(name, help=text, add_help=False)
+    for name, command in FORWARDED.items():
+        forwarded = sub.add_parser(name, help=f"{command.help} (see {command.module[1:]})",
+                                   add_help=False)
         forwarded.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
@@ -65,7 +74,7 @@ def main(argv=None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in FORWARDED:  # argparse would swallow their options
-        module = FORWARDED_MODULES[argv[0]]
+        module = FORWARDED[argv[0]].module
         return importlib.import_module(module, __package__).main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)

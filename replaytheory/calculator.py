@@ -80,6 +80,8 @@ MEASURED_HORIZONS = (
 )
 # Without run_updates the calculator keeps the horizon of the longest runs measured, G = 8.
 MEASURED_HORIZON = 64.0  # trainer updates
+# The rule below reads the grids of this group size: the one measured at two run lengths.
+MEASURED_GROUP_SIZE = 8
 
 
 def measured_horizon(run_updates: int | None) -> float:
@@ -93,8 +95,8 @@ def measured_horizon(run_updates: int | None) -> float:
     if run_updates is None:
         return MEASURED_HORIZON
     checks.integer("run_updates", run_updates, 1)
-    g8 = [m for m in MEASURED_HORIZONS if m.group_size == 8]
-    nearest = min(g8, key=lambda m: abs(np.log(run_updates / m.run_updates)))
+    grids = [m for m in MEASURED_HORIZONS if m.group_size == MEASURED_GROUP_SIZE]
+    nearest = min(grids, key=lambda m: abs(np.log(run_updates / m.run_updates)))
     return max(1.0, nearest.share * run_updates)
 
 

@@ -7,7 +7,9 @@ asynchronous, every split T = 1..G-1 (y = mu T/W, R = B/y) with B and N multiple
 N in [max(B, R), max_horizon R]; and on-policy training, J(1, 1).
 """
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -160,8 +162,6 @@ def test_measured_horizon_takes_the_share_at_the_nearest_measured_run_length():
 
 
 def test_measured_horizons_match_the_committed_verdicts():
-    import json
-    from pathlib import Path
     results = Path(__file__).resolve().parent.parent / "results"
     for m in MEASURED_HORIZONS:
         records = json.loads((results / m.setting / "validation.json").read_text())
