@@ -87,6 +87,14 @@ def judged_variants(preds: dict) -> dict:
             "asymptotic": {k: xy(p["section5"]) for k, p in preds.items()}}
 
 
+def panel_dirs(patterns: list[str]) -> list[str]:
+    """The run folders the ``--panels`` patterns (globs) match, sorted; ValueError if none."""
+    dirs = sorted({d for pat in patterns for d in glob.glob(pat)})
+    if not dirs:
+        raise ValueError(f"--panels matches no run folder: {patterns}")
+    return dirs
+
+
 def panel_mu(run_dirs: list[str]) -> float:
     """Median measured mu of the panel runs (their summaries' ``mu_measured``)."""
     mus = []
@@ -162,11 +170,8 @@ def main(argv=None) -> int:
     p.add_argument("--note", default="")
     p.add_argument("--out", type=output_dir, required=True, help="folder for prediction.json")
     a = p.parse_args(argv)
-    dirs = sorted({d for pat in a.panels for d in glob.glob(pat)})
     try:
-        if not dirs:
-            raise ValueError(f"--panels matches no run folder: {a.panels}")
-        reg = register(a.name, a.config, _overrides(a.set), dirs, horizons=a.horizons,
+        reg = register(a.name, a.config, _overrides(a.set), panel_dirs(a.panels), horizons=a.horizons,
                        replay_ratios=a.replay_ratios, learning_rates=a.learning_rates,
                        standard=a.standard, note=a.note)
     except (ValueError, OSError, KeyError) as exc:

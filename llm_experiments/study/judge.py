@@ -54,6 +54,7 @@ from dataclasses import MISSING, dataclass, field, fields
 import numpy as np
 
 from replaytheory.model import horizon as hz
+from replaytheory.model import window as wn
 from replaytheory.stats.analysis import (best_option, compute_to_target as curve_to_target,
                                          mean_over_budget, split_half_spearman)
 from replaytheory import checks
@@ -374,18 +375,43 @@ def objectives(reg: Registration, grid: SweepGrid, calibration_dir: str, mus: di
 
 
 def horizon_objectives(reg: Registration, grid: SweepGrid, mus: dict) -> dict:
-    """readout -> mu key -> (cells,) J of a horizon-model registration (theory.md 11.5) at
-    each cell: "horizon" and "horizon_vs_on_policy" from its model, "asymptotic" from section
-    5's J with the same noise table; the on-policy cell as on-policy training."""
-    terms, plain = hz.registered_terms(reg.horizon_model, int(max(grid.horizons)))
+    """readout -> mu key -> (cells,) J of a horizon-model registration at each cell: of a
+    window registration (``window_predict``, theory.md 11.12) J_T over its ``steps`` updates,
+    "horizon" with the panels' phases and "horizon_one_phase" with their pooled fit;
+    otherwise (11.5) "horizon" and "horizon_vs_on_policy" from its model; "asymptotic" from
+    section 5's J with the same noise table; the on-policy cell as on-policy training."""
+    longest = int(max(grid.horizons))
     on = grid.on_policy if grid.on_policy >= 0 else None
     x, y = grid.points()
     out = {}
-    for variant, model in (("horizon", terms), ("horizon_vs_on_policy", terms),
-                           ("asymptotic", plain)):
-        if variant in reg.predictions:
-            out[variant] = {key: hz.objective_at_cells(model, x, y, mu=mu, on_policy_cell=on)
-                            for key, mu in mus.items()}
+    if "window" in reg.horizon_model:
+        phased, one = wn.registered_window(reg.horizon_model, longest)
+        models = (("horizon", phased), ("horizon_one_phase", one))
+        for variant, model in models:
+            if variant in reg.predictions:
+                tab = wn.step_tables(model, reg.steps)
+                out[variant] = {key: _window_at_cells(tab, x, y, mu, reg.budget_replay_ratio, on)
+                                for key, mu in mus.items()}
+        plain = hz.section5_terms(one.terms[0])
+    else:
+        terms, plain = hz.registered_terms(reg.horizon_model, longest)
+        for variant in ("horizon", "horizon_vs_on_policy"):
+            if variant in reg.predictions:
+                out[variant] = {key: hz.objective_at_cells(terms, x, y, mu=mu, on_policy_cell=on)
+                                for key, mu in mus.items()}
+    if "asymptotic" in reg.predictions:
+        out["asymptotic"] = {key: hz.objective_at_cells(plain, x, y, mu=mu, on_policy_cell=on)
+                             for key, mu in mus.items()}
+    return out
+
+
+def _window_at_cells(tab, x, y, mu: float, y_max: float, on: int | None) -> np.ndarray:
+    """J_T (section 11.12) at the grid's cells, the on-policy cell (index, or None) as 1."""
+    out = np.ones(len(x))
+    rest = np.ones(len(x), bool)
+    if on is not None:
+        rest[on] = False
+    out[rest] = wn.objective(tab, x[rest], y[rest], mu=mu, y_max=y_max)
     return out
 
 

@@ -57,7 +57,7 @@ VARIANTS = ("asymptotic", "effective_coupling", "finite_eta", *REUSE_VARIANTS)
 # The horizon model's readouts (theory.md section 11; llm_experiments.study.horizon_predict): its
 # best buffer design, and its choice between that and on-policy training. Registered from
 # panel probes, not predicted by ``predict``.
-HORIZON_VARIANTS = ("horizon", "horizon_vs_on_policy")
+HORIZON_VARIANTS = ("horizon", "horizon_vs_on_policy", "horizon_one_phase")
 ACCOUNTING_MUS = (2.0, 6.84)
 
 

@@ -103,18 +103,29 @@ def terms_from_fit(fit: PanelFit, *, worth: str = "kept", rho: float = 0.0,
                         measured_gap=int(max(fit.sigma2.gaps)))
 
 
-def _buffer_parts(terms: HorizonTerms) -> dict:
-    """Per integer horizon x = 1 .. length: sigma_bar^2, k0_bar / x + S_k (the variance
-    factor's buffer part) and k0_bar as arrays indexed by x - 1."""
-    n = terms.length
+def staleness_means(sigma2, worth, within, k, group_size: int) -> dict:
+    """Buffer means along the last axis (staleness s = 0 .. n - 1) for every horizon
+    x = 1 .. n (sections 11.2, 11.5): "sigma_bar2" and "worth_bar" (plain means over s < x),
+    "k0" = 1 + (G - 1) mean r, and "buffer" = k0 / x + S_k(x), the variance factor's buffer
+    part, with k(g) the cross-step correlation (k[..., 0] is ignored: the same step is k0)."""
+    sigma2, worth, within, k = (np.asarray(a, float) for a in (sigma2, worth, within, k))
+    n = sigma2.shape[-1]
     x = np.arange(1, n + 1, dtype=float)
     g = np.arange(n, dtype=float)
-    k = terms.corr + (terms.group_size - 1) * terms.corr_mate
-    k[0] = 0.0  # the same step is the k0 term
-    cum_k, cum_gk = np.cumsum(k), np.cumsum(g * k)
+    k = k.copy()
+    k[..., 0] = 0.0
+    cum_k, cum_gk = np.cumsum(k, -1), np.cumsum(g * k, -1)
     pair = 2.0 / x * (cum_k - cum_gk / x)
-    k0 = 1 + (terms.group_size - 1) * np.cumsum(terms.within) / x
-    return {"sigma_bar2": np.cumsum(terms.sigma2) / x, "buffer": k0 / x + pair, "k0": k0}
+    k0 = 1 + (group_size - 1) * np.cumsum(within, -1) / x
+    return {"sigma_bar2": np.cumsum(sigma2, -1) / x, "worth_bar": np.cumsum(worth, -1) / x,
+            "buffer": k0 / x + pair, "k0": k0}
+
+
+def _buffer_parts(terms: HorizonTerms) -> dict:
+    """``staleness_means`` of the terms, indexed by x - 1."""
+    return staleness_means(terms.sigma2, terms.worth, terms.within,
+                           terms.corr + (terms.group_size - 1) * terms.corr_mate,
+                           terms.group_size)
 
 
 def _worth_bar(terms: HorizonTerms, x: np.ndarray, y: np.ndarray) -> np.ndarray:
