@@ -1,6 +1,7 @@
 """The Ray engine against the model, the serial harness and TRL (issue 12, items 3 and 6).
 
-``python -m benchmarks.ray_engine [--steps 120] [--workers 1] [--trainers 1] [--threads 1]``
+``python -m benchmarks.ray_engine [--steps 120] [--workers 1] [--trainers 1] [--threads 1]
+[--repeats 5] [--overlap-steps 120]``
 
 One Ray run of the cpu_tiny model (schedule.engine=ray, W sampler and T trainer actors, FIFO
 buffer of N = buffer.capacity, no probes, evaluation only at the ends), then:
@@ -20,7 +21,23 @@ buffer of N = buffer.capacity, no probes, evaluation only at the ends), then:
    per step, each trained on once; needs the ``bench`` extra), measured one after the other in
    this process with the same steps and threads; ratios Ray / serial and Ray / TRL.
 
-Writes ``benchmarks/results/ray_engine.json``.
+3. overlap (issue 27, item 4): ``--repeats`` alternating pairs, serial then Ray (serial, ray,
+   serial, ray, ...), of ``--overlap-steps`` steps at mu near 1 in the rollouts sense: each
+   rollout used about once, B new rollouts per update. Both use the LIFO queue of
+   capacity 2B (``buffer.lifo=true``; the Ray sampler waits while the queue could not take
+   its chunk, so it makes about B per step however fast it is) with W = T = 1; the serial
+   arm is the emulated engine at ``schedule.mu_accounting=1`` (R = B W / (T mu) = B per
+   step), the Ray arm the Ray engine, whose sampler and trainer actors overlap. Per repeat:
+   steady-state samples trained and generated per second (``steady_rate``), rollouts per
+   step and the measured mu (generation seconds of B over update seconds) of each arm, and
+   the ratios Ray / serial; over repeats: median, min and max of each ratio. Each run also
+   keeps its profile (``PROFILE_KEYS``: seconds generating and updating per step; on Ray the
+   actors' busy and idle seconds and the driver's wait for data), which shows what
+   serialises the actors when the ratio falls short. With measured
+   mu m the overlap can at best give (1 + m) / max(1, m) (serial: generation plus update;
+   overlapped: the longer of the two), reported as ``ideal_ratio`` per repeat.
+
+Writes ``benchmarks/results/ray_engine.json`` (``--result`` to change the name).
 """
 
 from __future__ import annotations
@@ -31,7 +48,7 @@ import tempfile
 
 import numpy as np
 
-from benchmarks.common import print_table, write_result
+from benchmarks.common import print_table, spread, write_result
 
 CACHE = os.environ.get("LLM_EXPERIMENTS_CACHE") or os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache")
@@ -77,12 +94,66 @@ def run(out: str, overrides: list[str], trl: bool = False) -> tuple[dict, list[d
     return summary, read_jsonl(os.path.join(out, "metrics.jsonl"))
 
 
+OVERLAP_ARMS = ("serial", "ray")
+# Summary fields kept per overlap run, the profile of where the time went (the Ray engine's
+# actor busy / idle seconds and the driver's wait for data exist only on Ray).
+PROFILE_KEYS = ("gen_seconds_per_step", "train_seconds_per_step", "busy_seconds",
+                "idle_seconds", "data_wait_seconds", "startup_seconds")
+
+
+def overlap_overrides(arm: str, steps: int, threads: int) -> list[str]:
+    """cpu_tiny overrides of one arm of the overlap comparison (item 3 of the docstring)."""
+    b = 64  # cpu_tiny's schedule.batch_size
+    sets = [f"run.steps={steps}", f"eval.every={steps}", "eval.pass_k_problems=0",
+            "probe.every=0", "run.progress=false", f"run.threads={threads}",
+            f"run.cache_dir={CACHE}", f"run.checkpoint_every={steps}", "schedule.mode=async",
+            "schedule.workers=1", "schedule.trainers=1", "buffer.lifo=true",
+            f"buffer.capacity={2 * b}"]
+    if arm == "serial":
+        return sets + ["schedule.mu_accounting=1.0"]
+    if arm == "ray":
+        return sets + ["schedule.engine=ray"]
+    raise ValueError(f"arm must be one of {OVERLAP_ARMS}, got {arm!r}")
+
+
+def overlap_repeats(repeats: int, steps: int, threads: int, tmp: str) -> dict:
+    """``repeats`` alternating (serial, ray) pairs (item 3 of the docstring): per repeat and
+    arm the steady rates, rollouts per step, measured mu and load; the ratios Ray / serial
+    per repeat and their median, min and max."""
+    rows = []
+    for i in range(repeats):
+        row = {"repeat": i}
+        for arm in OVERLAP_ARMS:
+            load = os.getloadavg()[0]
+            summary, records = run(os.path.join(tmp, f"overlap_{arm}_{i}"),
+                                   overlap_overrides(arm, steps, threads))
+            m = summary["mu_measured"]
+            row[arm] = {**steady_rate(records), "load_before": load,
+                        "load_after": os.getloadavg()[0], "mu_measured": m,
+                        "rollouts_per_step": summary["samples_generated"] / summary["steps"],
+                        "ideal_ratio": (1 + m) / max(1.0, m),
+                        **{k: summary[k] for k in PROFILE_KEYS if k in summary}}
+        for kind in ("trained", "generated"):
+            row[f"ratio_{kind}"] = row["ray"][f"{kind}_per_s"] / row["serial"][f"{kind}_per_s"]
+        print(f"repeat {i}: ray/serial trained {row['ratio_trained']:.3f}, generated "
+              f"{row['ratio_generated']:.3f}; R serial {row['serial']['rollouts_per_step']:.1f},"
+              f" ray {row['ray']['rollouts_per_step']:.1f}", flush=True)
+        rows.append(row)
+    return {"repeats": rows,
+            **{f"ratio_{kind}": spread([r[f"ratio_{kind}"] for r in rows])
+               for kind in ("trained", "generated")},
+            "ideal_ratio_serial_mu": spread([r["serial"]["ideal_ratio"] for r in rows])}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--trainers", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=5, help="serial/ray pairs of the overlap")
+    p.add_argument("--overlap-steps", type=int, default=120, help="steps per overlap run")
+    p.add_argument("--result", default="ray_engine", help="benchmarks/results/<name>.json")
     args = p.parse_args(argv)
     from replaytheory.sim.pipeline_sim import simulate_pipeline
     common = [f"run.steps={args.steps}", f"eval.every={args.steps}", "eval.pass_k_problems=0",
@@ -143,17 +214,18 @@ def main(argv=None) -> int:
                 ["contender", "seconds", "steps", "trained_per_s", "generated_per_s",
                  "load_before", "load_after"])
     print({k: v for k, v in throughput.items() if k.startswith("ratio")})
-    path = write_result("ray_engine", {
+    overlap = overlap_repeats(args.repeats, args.overlap_steps, args.threads, tmp)
+    print({k: v for k, v in overlap.items() if k != "repeats"})
+    write_result(args.result, {
         "args": vars(args), "mu_measured": ray_sum["mu_measured"], "mu_effective": mu_eff,
         "rollouts_per_step": rate, "busy_seconds": ray_sum["busy_seconds"],
         "idle_seconds": ray_sum["idle_seconds"], "histogram_summaries": hist,
-        "differences_vs_ray": diffs, "throughput": throughput,
+        "differences_vs_ray": diffs, "throughput": throughput, "overlap": overlap,
         "accuracy": {"ray": [ray_sum["warm_start_accuracy"], ray_sum["best_eval_accuracy"]],
                      "emulated": [emu_sum["warm_start_accuracy"],
                                   emu_sum["best_eval_accuracy"]],
                      "trl_grpo": [trl_sum["warm_start_accuracy"],
                                   trl_sum["best_eval_accuracy"]]}})
-    print(f"wrote {path}")
     return 0
 
 

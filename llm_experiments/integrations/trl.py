@@ -6,7 +6,8 @@ aligned, scores a reused sample against its own current log-probs, so its import
 1 and the clip never acts. This module adds what the theory needs (theory.md sections 1-3):
 
 * ``ReplayGRPOTrainer``: a ``GRPOTrainer`` whose every optimizer step generates R rollouts
-  (the GRPOConfig's ``per_device_train_batch_size``, R / G prompts x ``num_generations`` G),
+  (the GRPOConfig's ``per_device_train_batch_size``, R / G prompts x ``num_generations`` G;
+  or k R every k steps with ``steps_per_generation`` = k, TRL's generation batch),
   stores them with their behaviour log-probs in our FIFO replay buffer
   (``llm_experiments.rl.buffer.RolloutBuffer`` over ``replaytheory.buffer.ReplayIndex``: capacity
   N, every sampling mode, delta), and trains on B rollouts drawn from it. A replayed
@@ -286,6 +287,28 @@ def trl_config(rec, num_generations: int, *, sampling: str = "with_replacement",
     return TRLReplayConfig(r, g, replay, n / r, b / r, tuple(notes))
 
 
+class GenerationBatches(Production):
+    """The harness's ``Production`` in TRL's generation batches: every ``every``-th step
+    (k = GRPOConfig ``steps_per_generation``) makes the groups due over its k steps in one
+    generation call (k R rollouts, TRL's ``generation_batch_size``) with its current weights,
+    and the k - 1 steps between make none (extra groups while the buffer cannot give a
+    batch aside). The average rate R per step, so x = N/R and y = B/R, are those of k = 1,
+    which is ``Production`` itself; a larger generation batch costs staleness (up to k - 1
+    steps more) and buys batched generation (theory.md section 3: mu per rollout)."""
+
+    def __init__(self, cfg_schedule, every: int):
+        super().__init__(cfg_schedule)
+        self.every = checks.integer("steps_per_generation", every, 1)
+
+    def groups_due(self, step: int) -> int:
+        """Groups to generate before step ``step``: those of steps step .. step + k - 1 at a
+        step that is a multiple of k, else 0."""
+        if step % self.every:
+            return 0
+        per_step = super().groups_due
+        return sum(per_step(s) for s in range(step, step + self.every))
+
+
 @dataclass
 class ReplayStep:
     """What one optimizer step of a ``ReplayGRPOTrainer`` made and drew.
@@ -307,7 +330,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
     Args: those of ``GRPOTrainer``, plus ``replay`` (``ReplaySettings``: N, B, sampling, delta)
     and ``probes`` (``ProbeSource`` or None: gradient-noise probes, written to
     ``probe_dir``). GRPOConfig's ``per_device_train_batch_size`` is R, the rollouts generated
-    per optimizer step; it needs ``steps_per_generation = num_iterations =
+    per optimizer step on average; ``steps_per_generation`` k >= 1 makes them in generation
+    batches of k R every k steps (``GenerationBatches``); it needs ``num_iterations =
     gradient_accumulation_steps = 1``. A ``CalibrationCallback`` is added (``calibration``).
     Attributes after training: ``buffer``, ``books`` (the harness's ``engines.loop.RunBooks``:
     ``clock``, a ``schedule.ComputeClock`` of rollouts generated, production and update
@@ -330,7 +354,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         r = self.args.per_device_train_batch_size
         self.harness = replay.harness_config(r, self.num_generations)
         self.buffer = RolloutBuffer.for_config(self.harness)
-        self.production = Production(self.harness.schedule)
+        self.production = GenerationBatches(self.harness.schedule,
+                                            self.args.steps_per_generation)
         self.replay_rng = np.random.default_rng(replay.seed)
         self.books = RunBooks(ComputeClock(param_count(self.model), replay.batch_size))
         self.keep_steps = bool(keep_steps)
@@ -354,8 +379,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
     def _check_supported(self) -> None:
         """Refuse the GRPOConfig settings this trainer does not implement (named)."""
         a = self.args
-        wrong = {"steps_per_generation": (a.steps_per_generation, 1),
-                 "num_iterations": (self.num_iterations, 1),
+        wrong = {"num_iterations": (self.num_iterations, 1),
                  "gradient_accumulation_steps": (a.gradient_accumulation_steps, 1),
                  "use_vllm": (a.use_vllm, False), "beta": (a.beta, 0.0),
                  "mask_truncated_completions": (a.mask_truncated_completions, False),

@@ -90,11 +90,13 @@ def grpo_arguments(cfg: Config, out_dir: str):
     return kwargs, replay
 
 
-def _dataset(cfg: Config, task, r: int):
-    """TRL's training prompts: run.steps x R / G problems from the task's training stream,
+def _dataset(cfg: Config, task, r: int, steps_per_generation: int = 1):
+    """TRL's training prompts: run.steps x R / G problems from the task's training stream
+    (run.steps rounded up to whole generation batches of ``steps_per_generation`` steps),
     with their problem ids (the reward looks a problem up by id)."""
     from datasets import Dataset
-    n = cfg.run.steps * r // cfg.schedule.group_size
+    k = steps_per_generation
+    n = -(-cfg.run.steps // k) * k * r // cfg.schedule.group_size
     problems = task.sample_train(n, np.random.default_rng(cfg.run.seed))
     if cfg.task.chat_template:
         prompts = [[{"role": "user", "content": p.prompt}] for p in problems]
@@ -256,7 +258,8 @@ class HarnessLog:
             self.counters(), histograms=self.acc.histograms(),
             rollouts_per_step=self.acc.rollouts_per_step,
             schedule={"mode": self.cfg.schedule.mode, "engine": "trl", "latency": 0,
-                      "refresh_every": 1},
+                      "refresh_every": 1,
+                      "steps_per_generation": self.trainer.args.steps_per_generation},
             fields={"trainer": self.acc.name, "trl_version": _trl_version()})
         summary = summarize(records, extra)
         write_json(os.path.join(out_dir, "summary.json"), summary)
@@ -288,8 +291,13 @@ def make_harness_log(trainer, accounting, cfg: Config, task, tokenizer, out_dir:
     return _Callback()
 
 
-def build_trainer(cfg: Config, out_dir: str, plain: bool = False):
+def build_trainer(cfg: Config, out_dir: str, plain: bool = False,
+                  steps_per_generation: int = 1):
     """(trainer, harness-log callback) of a harness config, ready to ``train()``.
+
+    steps_per_generation: k >= 1, the replay trainer's generation batch in steps: k R
+    rollouts made in one generation every k steps (``trl.GenerationBatches``; 1: R every
+    step, the mapping of the module docstring). The plain trainer needs 1.
 
     plain: build TRL's own ``trl.GRPOTrainer`` (the class unmodified, TRL's default handling
     of old log-probs) with the same GRPOConfig, model, prompts and reward instead of
@@ -303,11 +311,13 @@ def build_trainer(cfg: Config, out_dir: str, plain: bool = False):
     import torch
     torch.set_num_threads(cfg.run.threads)
     kwargs, replay = grpo_arguments(cfg, out_dir)
+    kwargs["steps_per_generation"] = steps_per_generation
     if plain:
-        _check_plain(cfg)
+        _check_plain(cfg, steps_per_generation)
     task = make_task(cfg.task)
     model, tok = load_policy(cfg, task)
-    data, by_id = _dataset(cfg, task, kwargs["per_device_train_batch_size"])
+    data, by_id = _dataset(cfg, task, kwargs["per_device_train_batch_size"],
+                           steps_per_generation)
 
     def reward(completions, pid, **_):
         return [task.reward(by_id[int(i)], c) for c, i in zip(completions, pid)]
@@ -332,8 +342,11 @@ def build_trainer(cfg: Config, out_dir: str, plain: bool = False):
     return _finish_trainer(trainer, ReplayAccounting(trainer), cfg, task, tok, out_dir)
 
 
-def _check_plain(cfg: Config) -> None:
+def _check_plain(cfg: Config, steps_per_generation: int = 1) -> None:
     """Refuse what TRL's own GRPOTrainer cannot run as the plain baseline (key named)."""
+    if steps_per_generation != 1:
+        raise ValueError(f"plain=True needs steps_per_generation=1 (TRL would reuse its "
+                         f"generation batch across steps), got {steps_per_generation}")
     if cfg.schedule.mode != "on_policy":
         raise ValueError(f"plain=True needs schedule.mode=on_policy (TRL's GRPOTrainer uses "
                          f"each rollout once), got {cfg.schedule.mode!r}")
@@ -358,18 +371,21 @@ def _encode(tokenizer, chat: bool, problem) -> list[int]:
     return encode_prompt(tokenizer, problem.prompt, chat)
 
 
-def run_trl(cfg: Config, out_dir: str, plain: bool = False) -> dict:
+def run_trl(cfg: Config, out_dir: str, plain: bool = False,
+            steps_per_generation: int = 1) -> dict:
     """Train ``cfg`` through TRL into ``out_dir`` (which must not exist or be empty);
-    returns the summary. plain: TRL's own ``GRPOTrainer`` (see ``build_trainer``)."""
+    returns the summary. plain: TRL's own ``GRPOTrainer``; steps_per_generation: the replay
+    trainer's generation batch in steps (see ``build_trainer``)."""
     if os.path.exists(out_dir) and os.listdir(out_dir):
         raise ValueError(f"output folder {out_dir!r} exists and is not empty; choose another "
                          f"--out")
     grpo_arguments(cfg, out_dir)  # refuse what TRL cannot follow before making the folder
     if plain:
-        _check_plain(cfg)
+        _check_plain(cfg, steps_per_generation)
     os.makedirs(out_dir, exist_ok=True)
     save_config(cfg, os.path.join(out_dir, "config.yaml"))
-    trainer, callback = build_trainer(cfg, out_dir, plain=plain)
+    trainer, callback = build_trainer(cfg, out_dir, plain=plain,
+                                      steps_per_generation=steps_per_generation)
     trainer.train()
     return callback.log.finish(out_dir, trainer.state.global_step)
 

@@ -45,7 +45,8 @@ class Spy(rt.ReplayGRPOTrainer):
         return super()._compute_loss(model, inputs)
 
 
-def _train(tmp_path, replay: "rt.ReplaySettings", r: int, steps: int, lr: float = 1e-3):
+def _train(tmp_path, replay: "rt.ReplaySettings", r: int, steps: int, lr: float = 1e-3,
+           steps_per_generation: int = 1):
     """A ``Spy`` trainer of the small warm-started model, trained ``steps`` steps."""
     from datasets import Dataset
 
@@ -56,6 +57,7 @@ def _train(tmp_path, replay: "rt.ReplaySettings", r: int, steps: int, lr: float 
     task = make_task(cfg.task)
     model, tok = load_policy(cfg, task)
     problems = task.sample_train(steps * r // G, np.random.default_rng(0))
+    assert steps % steps_per_generation == 0
     by_id = {p.pid: p for p in problems}
     data = Dataset.from_dict({"prompt": [p.prompt for p in problems],
                               "pid": [p.pid for p in problems]})
@@ -65,7 +67,8 @@ def _train(tmp_path, replay: "rt.ReplaySettings", r: int, steps: int, lr: float 
 
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False,
                       gradient_checkpointing=False, per_device_train_batch_size=r,
-                      num_generations=G, steps_per_generation=1, max_completion_length=4,
+                      num_generations=G, steps_per_generation=steps_per_generation,
+                      max_completion_length=4,
                       top_k=0, learning_rate=lr, beta=0.0, max_steps=steps, report_to="none",
                       disable_tqdm=True, logging_steps=1, save_strategy="no", seed=0)
     trainer = Spy(model=model, reward_funcs=reward, args=args, train_dataset=data,
@@ -174,8 +177,22 @@ def test_fifo_order_and_draws_equal_the_harness(tmp_path):
     assert buf.index.items().tolist() == trainer.buffer.index.items().tolist()
 
 
+def test_generation_batches_make_k_r_rollouts_every_k_steps(tmp_path):
+    """steps_per_generation = k: one generation of k R rollouts at every k-th step (none
+    between, no extra groups once the buffer holds a batch), the same average rate R, and
+    replayed rows still scored against their stored behaviour log-probs."""
+    replay = rt.ReplaySettings(32, 16, seed=1)
+    trainer = _train(tmp_path, replay, r=8, steps=6, steps_per_generation=2)
+    made = [len(rec.new) for rec in trainer.steps]
+    assert made == [16, 0, 16, 0, 16, 0]
+    assert [rec.new[0].version for rec in trainer.steps if rec.new] == [0, 2, 4]
+    assert trainer.books.clock.generated == 6 * 8
+    assert max(trainer.log_ratio_max[1:]) > 1e-3
+
+
 @pytest.mark.parametrize("extra, name", [({"num_iterations": 2}, "num_iterations"),
-                                         ({"steps_per_generation": 2}, "steps_per_generation"),
+                                         ({"gradient_accumulation_steps": 2},
+                                          "gradient_accumulation_steps"),
                                          ({"beta": 0.1}, "beta")])
 def test_unsupported_trl_settings_are_refused(tmp_path, extra, name):
     from datasets import Dataset
@@ -231,11 +248,13 @@ def test_plain_trl_trainer_refuses_replay_and_probes(tmp_path):
                       plain=True)
 
 
-def test_trl_replay_benchmark_plain_arm_is_trls_own_trainer(monkeypatch):
+def test_trl_replay_benchmark_arms_and_equal_generation_batches(monkeypatch):
     """benchmarks/trl_replay: the plain arm trains TRL's ``GRPOTrainer`` itself (not our
-    subclass), the replay arm ours, and one short run of each gives every number the report
-    reads (rates, measured mu, evaluations, compute to the target)."""
-    from benchmarks import trl_replay
+    subclass), each replay arm ours at its design with plain's generation batch (64 rollouts
+    in one generation every k = 64 / R steps), and one short run of
+    each gives every number the report reads (rates, measured mu, evaluations whose counts are
+    those of the weights evaluated, compute and seconds to the target, summary, ranking)."""
+    from benchmarks import trl_replay as tr
 
     from llm_experiments.integrations import trl_run
     built = []
@@ -247,26 +266,57 @@ def test_trl_replay_benchmark_plain_arm_is_trls_own_trainer(monkeypatch):
         return trainer, callback
 
     monkeypatch.setattr(trl_run, "build_trainer", spy)
-    settings = trl_replay.parse(["--steps", "2", "--eval-every", "1", "--target", "0",
-                                 "--cache", CACHE])
+    settings = tr.parse(["--steps", "2", "--eval-every", "1", "--target", "0",
+                         "--cache", CACHE])
+    designs = {arm: tr.arm_design(arm, settings) for arm in tr.DESIGNS}
+    # R 24.5 (rule), 9 (section 5) -> 32, 8; the calculator's for a 2-step run is R = 63, x
+    # about 1 (its measured horizon for so short a run) -> 64.
+    assert {a: (d.rollouts_per_step, d.steps_per_generation) for a, d in designs.items()} == \
+        {"calculator": (64, 1), "x64_sqrt_mu": (32, 2), "section5": (8, 8)}
+    assert designs["x64_sqrt_mu"].horizon == 64 and designs["x64_sqrt_mu"].buffer_size == 2048
     # The small model, with the benchmark's own B, G, buffer and evaluation interval.
     small = [s for s in SMALL if not s.startswith(("schedule.", "buffer.", "eval.every"))]
-    runs = {arm: trl_replay.one_run(settings, arm, 0, small) for arm in trl_replay.ARMS}
+    runs = {arm: tr.one_run(settings, arm, 0, 1e-4, small) for arm in tr.ARMS}
     assert type(built[0]) is GRPOTrainer and not isinstance(built[0], rt.ReplayGRPOTrainer)
-    assert type(built[1]) is rt.ReplayGRPOTrainer
-    plain, replay = runs["plain"], runs["replay"]
-    assert (plain.trainer, replay.trainer) == ("trl.GRPOTrainer", "trl.ReplayGRPOTrainer")
-    assert plain.samples_generated == 2 * trl_replay.B and plain.rollouts_per_step == 64
-    assert replay.rollouts_per_step == 24  # alpha 0.05, c = 0.67: R = 23 -> 24 (whole groups)
+    assert all(type(t) is rt.ReplayGRPOTrainer for t in built[1:])
+    assert [t.args.generation_batch_size for t in built] == [64] * 4
+    assert runs["plain"].trainer == "trl.GRPOTrainer"
+    assert runs["plain"].samples_generated == 2 * tr.B
+    for arm in tr.DESIGNS:
+        assert runs[arm].trainer == "trl.ReplayGRPOTrainer"
+        k = designs[arm].steps_per_generation  # a generation batch at steps 0, k, ...
+        assert runs[arm].samples_generated == tr.B * len(range(0, 2, k))
+        assert runs[arm].rollouts_per_step == designs[arm].rollouts_per_step
     for r in runs.values():
         assert r.samples_per_s > 0 and r.updates_per_s > 0 and r.mu_measured > 0
-        assert [e[0] for e in r.evals] == [0, 1, 2]
-        assert None not in (r.final_eval_accuracy, r.best_eval_accuracy)
+        assert [e.step for e in r.evals] == [0, 1, 2]
+        assert [e.samples_generated for e in r.evals][:2] == [0, tr.B]
+        assert r.evals[0].seconds == 0 < r.evals[1].seconds < r.evals[2].seconds
         assert r.step_to_target == 0
-        assert r.compute_to_target == pytest.approx(settings.mu * r.evals[0][1] / 64)
-        assert r.compute_to_target_measured_mu == pytest.approx(
-            r.mu_measured * r.evals[0][1] / 64)
-    assert trl_replay.median_of([plain], "samples_per_s") == plain.samples_per_s
+        assert r.compute_to_target == r.seconds_to_target == 0
+    summary = {arm: {k: tr.summary_of([r], k) for k in tr.SUMMARY_KEYS}
+               for arm, r in runs.items()}
+    assert summary["plain"]["samples_per_s"]["median"] == runs["plain"].samples_per_s
+    assert set(tr.ranking(summary)["seconds_to_target"]) == set(tr.ARMS)
+
+
+def test_trl_replay_summary_counts_a_missed_target_as_infinite():
+    """A median over seeds where most runs missed the target is None, min/max keep the
+    reached ones, and the arm ranks last."""
+    from benchmarks import trl_replay as tr
+    runs = [tr.ArmRun(arm="a", seed=s, lr=1e-4, trainer="t", samples_per_s=1.0,
+                      updates_per_s=1.0, mu_measured=1.0, warm_start_accuracy=0.3,
+                      final_eval_accuracy=0.4, best_eval_accuracy=0.4, step_to_target=None,
+                      compute_to_target=c, compute_to_target_measured_mu=c,
+                      seconds_to_target=c, train_seconds=1.0, run_seconds=2.0,
+                      samples_generated=64,
+                      rollouts_per_step=64) for s, c in enumerate([5.0, None, None])]
+    stats = tr.summary_of(runs, "compute_to_target")
+    assert stats == {"min": 5.0, "median": None, "max": None, "n": 1}
+    fine = {k: {"median": 9.0} for k in tr.RANKED}
+    missed = {k: {"median": None} for k in tr.RANKED}
+    assert tr.ranking({"missed": missed, "fine": fine})["compute_to_target"] == \
+        ["fine", "missed"]
 
 
 @pytest.mark.slow
