@@ -4,8 +4,9 @@ Theory figures come from ``replaytheory`` directly; the simulation figures from 
 ``results/sim_validation/`` (written by ``replaytheory validate-sim --preset full``); the
 paired figures from the committed ``results/cpu_sweep/``; the diagnosis figure from
 ``results/diagnosis/diagnosis.json``; the verdict figures from every judged
-``validation*.json`` under ``results/`` (``judge`` / ``verify``), with every setting's
-predictions against the held-out goal (theory.md 10.9) in ``verdicts_goal.md``. A family
+``validation*.json`` under ``results/`` (``judge`` / ``verify``) but the windows', with every setting's
+predictions against the held-out goal (theory.md 10.9) in ``verdicts_goal.md``; the windows
+(``results/windows``, theory.md 11.12) in ``windows.md``. A family
 whose saved results are missing is reported and skipped so the others still build.
 """
 
@@ -42,6 +43,8 @@ def _verdicts(out):
     from figures import verdicts
     paths, named = [], {}
     for path in sorted(RESULTS.glob("**/validation*.json")):
+        if path.parent.parent.name == "windows":  # drawn together by ``_windows``
+            continue
         try:
             records = verdicts.load_records(path)
         except ValueError:  # the paired validation's own format, drawn by ``paired``
@@ -61,8 +64,13 @@ def _verdicts(out):
     return [*paths, verdicts.main_goal(latest, out)]
 
 
+def _windows(out):
+    from figures import windows
+    return windows.main([] if out is None else ["--out", str(out)])  # raises if absent
+
+
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
-            "verdicts": _verdicts}
+            "verdicts": _verdicts, "windows": _windows}
 
 
 def main(argv=None) -> int:

@@ -161,7 +161,7 @@ def _diff(d: dict | None) -> str:
     return f"{d['mean']:+.3f} [{ci}] (won {d['wins']}/{d['seeds']})"
 
 
-def _neighbours(h: dict) -> str:
+def neighbours_text(h: dict) -> str:
     return "; ".join(f"vs x={n['horizon']:g}: {_diff(n['difference'])}" for n in h["neighbours"])
 
 
@@ -182,7 +182,7 @@ def sceptic_tables(records: list[dict]) -> str:
         per = ", ".join(f"x={p['horizon']:g}: {p['score']:.3f}" for p in h["per_horizon"]
                         if p["score"] is not None)
         lines.append(f"| {mu_label(r)} | x={h['horizon']:g} ({h['p_best']:.2f}) | {per} | "
-                     f"{_neighbours(h)} |")
+                     f"{neighbours_text(h)} |")
     lines += ["", "## Within the noise of the best", "",
               "Cells whose paired loss against the best cell (share of its gain, same "
               "bootstrap draws) has a 90% interval reaching 0: the data cannot tell them from "
@@ -230,7 +230,7 @@ def closing_table(named: dict[str, list[dict]]) -> str:
     for name, records in named.items():
         for r in shown(records):
             h, base = r.get("best_horizon"), r.get("baselines") or {}
-            horizon = f"x={h['horizon']:g} ({h['p_best']:.2f}) | {_neighbours(h)}" if h \
+            horizon = f"x={h['horizon']:g} ({h['p_best']:.2f}) | {neighbours_text(h)}" if h \
                 else "n/a | n/a"
             primary = r.get("primary_variant")
             for v in [primary] if primary in r["predictions"] else list(r["predictions"]):
