@@ -50,54 +50,77 @@ from .model.reuse import optimal_design as reuse_optimal_design
 # the default is their median, for users who have not measured their own (section 10.11).
 DEFAULT_REUSE = ConstantReuse(0.67)
 
-# The horizon measured, not modelled (sections 10.11, 11.8, 11.10): the best grid horizon of
-# the primary measure (AUC) at each judged mu of the registered grids below, with a bracketed
-# optimum: tiny Qwen2 models from the pinned 0.26 policy on 2-digit addition, GRPO. It grows with
-# the length of the run: 64 in runs of 300 updates (results/cpu_sweep_v3/validation.json, 10
-# seeds, x up to 256; the three held-out settings of 300 updates agree where their grids reach
-# it, 8.10), 8-16 in runs of 100 with groups of 8 (results/horizon_short, horizon_lr2) and 4-8
-# with groups of 4 (results/horizon_g4). No horizon model predicts it yet (11.10, 11.11).
+# The horizon measured, not modelled (sections 10.11, 11.8, 11.10, 11.12): the best grid
+# horizon of the primary measure (AUC) at each judged mu of the registered grids below, with a
+# bracketed optimum: tiny Qwen2 models from the pinned 0.26 policy on 2-digit addition, GRPO.
+# A window is a grid scored over its first T updates (results/windows): with no learning-rate
+# schedule a run's first T updates are a run of T updates. The best horizon grows with the
+# length of the run: on cpu_sweep_v3's runs (10 seeds, x in {4, 16, 64, 256}) 4 over 50
+# updates, 16 over 100, 16-64 over 150-200 and 64 over 300; in the 100-update grids (x a x2
+# ladder, 5 seeds) 2-16 over 30-100 updates. No horizon model predicts it within a factor 2
+# in most cases (11.10-11.12).
 @dataclass(frozen=True)
 class MeasuredHorizon:
-    """The best horizon of one judged grid (updates), per judged mu."""
+    """The best horizon of one judged grid or window (updates), per judged mu; ``source``:
+    its verdict under ``results/`` (a folder holding ``validation.json``)."""
 
-    setting: str
-    run_updates: int  # trainer updates per run of the grid
+    source: str
+    run_updates: int  # trainer updates scored (the run, or the window)
     group_size: int  # rollouts per prompt, G
-    best: tuple[float, ...]  # best grid horizon at each judged mu
-
-    @property
-    def share(self) -> float:
-        """The median best horizon as a share of the run, in (0, 1]."""
-        return float(np.median(self.best)) / self.run_updates
+    best: tuple[float, ...]  # best grid horizon at each judged mu (measured, 2, 6.84)
 
 
 MEASURED_HORIZONS = (
     MeasuredHorizon("cpu_sweep_v3", 300, 8, (64.0, 64.0, 64.0)),
+    MeasuredHorizon("windows/cpu_sweep_v3_T200", 200, 8, (64.0, 64.0, 16.0)),
+    MeasuredHorizon("windows/cpu_sweep_v3_T150", 150, 8, (64.0, 16.0, 16.0)),
+    MeasuredHorizon("windows/cpu_sweep_v3_T100", 100, 8, (16.0, 16.0, 16.0)),
+    MeasuredHorizon("windows/cpu_sweep_v3_T50", 50, 8, (4.0, 4.0, 4.0)),
     MeasuredHorizon("horizon_short", 100, 8, (8.0, 8.0, 16.0)),
+    MeasuredHorizon("windows/horizon_short_T50", 50, 8, (8.0, 2.0, 16.0)),
+    MeasuredHorizon("windows/horizon_short_T30", 30, 8, (2.0, 2.0, 4.0)),
     MeasuredHorizon("horizon_lr2", 100, 8, (8.0, 8.0, 8.0)),
+    MeasuredHorizon("windows/horizon_lr2_T50", 50, 8, (8.0, 8.0, 16.0)),
+    MeasuredHorizon("windows/horizon_lr2_T30", 30, 8, (8.0, 16.0, 16.0)),
     MeasuredHorizon("horizon_g4", 100, 4, (8.0, 8.0, 4.0)),
+    MeasuredHorizon("windows/horizon_g4_T50", 50, 4, (8.0, 4.0, 4.0)),
+    MeasuredHorizon("windows/horizon_g4_T30", 30, 4, (8.0, 4.0, 4.0)),
 )
 # Without run_updates the calculator keeps the horizon of the longest runs measured, G = 8.
 MEASURED_HORIZON = 64.0  # trainer updates
-# The rule below reads the grids of this group size: the one measured at two run lengths.
+# The rule below reads the grids of this group size: the one measured at every run length.
 MEASURED_GROUP_SIZE = 8
+
+
+def measured_curve() -> tuple[np.ndarray, np.ndarray]:
+    """(run lengths T, the median best horizon over every G = ``MEASURED_GROUP_SIZE`` grid and
+    mu measured at T), T increasing: 30 -> 6, 50 -> 8, 100 -> 8, 150 -> 16, 200 -> 64,
+    300 -> 64 updates (section 11.12)."""
+    grids = [m for m in MEASURED_HORIZONS if m.group_size == MEASURED_GROUP_SIZE]
+    lengths = np.array(sorted({m.run_updates for m in grids}), dtype=float)
+    best = np.array([np.median([b for m in grids if m.run_updates == t for b in m.best])
+                     for t in lengths])
+    return lengths, best
 
 
 def measured_horizon(run_updates: int | None) -> float:
     """The measured best horizon for a run of ``run_updates`` trainer updates (>= 1, or None).
 
-    None: ``MEASURED_HORIZON`` (64 updates). Otherwise the share of the run measured on the
-    groups-of-8 grid whose run length is nearest in log scale (21% at 300 updates, 8% at
-    100), times run_updates, at least 1 (sections 10.11, 11.10). An empirical rule from
-    two run lengths, not a model: say so to whoever uses it.
+    None: ``MEASURED_HORIZON`` (64 updates). Otherwise ``measured_curve`` interpolated
+    linearly in log T and log x between the measured run lengths (30-300 updates) and, outside
+    them, the share of the run measured at the nearest end (20% of 30, 21% of 300), at least
+    1 (sections 10.11, 11.12). An empirical curve from one task and model, not a model: say so
+    to whoever uses it.
     """
     if run_updates is None:
         return MEASURED_HORIZON
     checks.integer("run_updates", run_updates, 1)
-    grids = [m for m in MEASURED_HORIZONS if m.group_size == MEASURED_GROUP_SIZE]
-    nearest = min(grids, key=lambda m: abs(np.log(run_updates / m.run_updates)))
-    return max(1.0, nearest.share * run_updates)
+    lengths, best = measured_curve()
+    if run_updates <= lengths[0]:
+        return max(1.0, best[0] / lengths[0] * run_updates)
+    if run_updates >= lengths[-1]:
+        return best[-1] / lengths[-1] * run_updates
+    return float(np.exp(np.interp(np.log(run_updates), np.log(lengths), np.log(best))))
 
 
 # Whether any horizon model (section 5, 10 or later) has predicted measured optima: not yet.
@@ -554,8 +577,8 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
             the integers there; "model" takes the model's own horizon (``Calibration``'s
             default).
         run_updates: trainer updates the run will make (integer >= 1), or None. With
-            "measured", the horizon is then ``measured_horizon(run_updates)``: the share of
-            the run measured at the nearest run length (21% of 300 updates, 8% of 100).
+            "measured", the horizon is then ``measured_horizon(run_updates)``: the best
+            horizon measured at that run length (6 updates at 30, 8 at 100, 64 at 300).
 
     Returns:
         A frozen ``ReplayRecommendation``. On-policy (N = B, each rollout used once) is a

@@ -18,7 +18,8 @@ from hypothesis import given, settings, strategies as st
 from replaytheory import PowerLawNoise, TabulatedNoise, optimal_config
 from replaytheory.model import reuse as ru
 from replaytheory.calculator import (HORIZON_MODEL_VALIDATED, MEASURED_HORIZON,
-                                     MEASURED_HORIZONS, measured_horizon)
+                                     MEASURED_HORIZONS, measured_curve,
+                                     measured_horizon)
 
 
 def _objective(reuse, mu, rho, alpha):
@@ -147,26 +148,30 @@ def test_default_keeps_the_measured_horizon_not_the_smallest_buffer():
     assert achieved(cfg, j) == pytest.approx(min(at_64), rel=1e-12)
 
 
-def test_measured_horizon_takes_the_share_at_the_nearest_measured_run_length():
-    # The measured table is what the committed verdicts say (sections 8.10, 11.8, 11.10).
-    assert {m.setting: m.share for m in MEASURED_HORIZONS} == pytest.approx(
-        {"cpu_sweep_v3": 64 / 300, "horizon_short": 0.08, "horizon_lr2": 0.08, "horizon_g4": 0.08})
+def test_measured_horizon_follows_the_measured_curve_of_run_length():
+    # The pooled medians of the G = 8 grids and windows (sections 8.10, 11.10, 11.12).
+    lengths, best = measured_curve()
+    assert list(lengths) == [30, 50, 100, 150, 200, 300]
+    assert list(best) == [6, 8, 8, 16, 64, 64]
     assert measured_horizon(None) == MEASURED_HORIZON == 64
-    assert measured_horizon(300) == pytest.approx(64)
-    assert measured_horizon(100) == pytest.approx(8)
-    assert measured_horizon(150) == pytest.approx(12)  # nearer 100 than 300 in log scale
-    assert measured_horizon(200) == pytest.approx(200 * 64 / 300)
+    for t, x in zip(lengths, best):
+        assert measured_horizon(int(t)) == pytest.approx(x)
+    assert 16 < measured_horizon(175) < 64  # log-log between 150 and 200
+    assert measured_horizon(1000) == pytest.approx(1000 * 64 / 300)  # the share at 300
+    assert measured_horizon(15) == pytest.approx(3.0)  # the share at 30
     assert measured_horizon(3) == 1.0
     with pytest.raises(ValueError, match="run_updates must be an integer >= 1"):
         measured_horizon(0)
 
 
 def test_measured_horizons_match_the_committed_verdicts():
-    results = Path(__file__).resolve().parent.parent / "results"
+    root = Path(__file__).resolve().parent.parent
     for m in MEASURED_HORIZONS:
-        records = json.loads((results / m.setting / "validation.json").read_text())
+        records = json.loads((root / "results" / m.source / "validation.json").read_text())
         accounted = [r for r in records if r["mu_source"] != "cell" and r["measure"] == "auc"]
         assert tuple(r["best_horizon"]["horizon"] for r in accounted) == m.best
+        reg = json.loads((root / records[0]["registration"]["path"]).read_text())
+        assert reg["steps"] == m.run_updates
 
 
 def test_measured_horizon_scales_with_run_updates_and_respects_the_limit():

@@ -115,3 +115,21 @@ def test_a_window_registration_rebuilds_its_prediction(path):
                                   max_horizon=longest)
             assert d.horizon == by[variant]["horizon"]
             assert d.objective == pytest.approx(by[variant]["objective"], rel=1e-12)
+
+
+def test_a_window_names_a_bad_worth():
+    from llm_experiments.study.window_predict import register
+    with pytest.raises(ValueError, match="--worth must be one of"):
+        register({"steps": 100, "horizons": [1, 2]}, 50, [], name="w", worth="signal")
+
+
+def test_the_worth_a_registration_names_is_the_one_rebuilt():
+    path = next(p for p in WINDOWS if "cpu_sweep_v3_T150" in p)
+    with open(path) as fh:
+        hm = json.load(fh)["horizon_model"]
+    kept, _ = wn.registered_window(hm, 64)
+    assert "worth" not in hm["window"]  # registered before the choice existed: the kept share
+    assert kept.terms[0].worth[4] < 1
+    # with 32-group references the alignment is not resolved (theory.md 11.12): said, not used
+    with pytest.raises(ValueError, match="non-positive align"):
+        wn.registered_window({**hm, "window": {**hm["window"], "worth": "align"}}, 64)

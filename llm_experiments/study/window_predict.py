@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replaytheory.checks import choice
 from replaytheory.cli_input import Parser, existing_file, output_dir
 from replaytheory.fit.panel_fit import MIN_PANELS, PanelFit, fit_panels
 from replaytheory.fit.probes import ProbeSet
@@ -105,10 +106,13 @@ def phase_fits(probes: ProbeSet, n_boot: int = 400) -> list[PhaseFit]:
     return out
 
 
-def register(base: dict, steps: int, run_dirs: list[str], *, name: str, note: str = "") -> dict:
+def register(base: dict, steps: int, run_dirs: list[str], *, name: str, note: str = "",
+             worth: str = "kept") -> dict:
     """The window registration (module docstring) of the ``base`` registration's grid scored
     over its first ``steps`` updates (1 <= steps <= the base's), from the panel runs
-    ``run_dirs``."""
+    ``run_dirs``; ``worth`` (``horizon.WORTHS``): a stale rollout's worth read from the clip's
+    kept share or from its alignment with grad F (theory.md 11.4, 11.13)."""
+    choice("--worth", worth, hz.WORTHS)
     if not 1 <= steps <= int(base["steps"]):
         raise ValueError(f"--steps must be in [1, {base['steps']}] (the base grid's run "
                          f"length), got {steps}")
@@ -120,7 +124,8 @@ def register(base: dict, steps: int, run_dirs: list[str], *, name: str, note: st
     model = {"supported": {t: {"used": bool(ok), "reason": why}
                            for t, (ok, why) in supported.items()},
              "panel_fit": pooled.to_dict(),
-             "window": {"steps": steps, "phases": [p.to_dict() for p in phases]}}
+             "window": {"steps": steps, "worth": worth,
+                        "phases": [p.to_dict() for p in phases]}}
     phased, one = wn.registered_window(model, longest)
     tables = {"horizon": wn.step_tables(phased, steps),
               "horizon_one_phase": wn.step_tables(one, steps)}
@@ -153,6 +158,9 @@ def main(argv=None) -> int:
     p.add_argument("--panels", nargs="+", required=True, metavar="RUN_DIR",
                    help="run folders with panel probes (globs allowed)")
     p.add_argument("--name", required=True)
+    p.add_argument("--worth", default="kept", choices=hz.WORTHS,
+                   help="a stale rollout's worth: the clip's kept share (default) or its "
+                        "alignment with grad F (theory.md 11.4, 11.13)")
     p.add_argument("--note", default="")
     p.add_argument("--out", type=output_dir, required=True, help="folder for prediction.json")
     a = p.parse_args(argv)
@@ -160,7 +168,7 @@ def main(argv=None) -> int:
         dirs = panel_dirs(a.panels)
         with open(a.base) as fh:
             base = json.load(fh)
-        reg = register(base, a.steps, dirs, name=a.name, note=a.note)
+        reg = register(base, a.steps, dirs, name=a.name, note=a.note, worth=a.worth)
     except (ValueError, OSError, KeyError) as exc:
         return p.report(exc)
     path = os.path.join(a.out, "prediction.json")

@@ -253,10 +253,11 @@ def ablate(terms: HorizonTerms, term: str) -> HorizonTerms:
     return replace(terms, sigma2=np.full(terms.length, terms.sigma2[0]))
 
 
-def model_terms(fit: PanelFit, used: dict, length: int) -> HorizonTerms:
+def model_terms(fit: PanelFit, used: dict, length: int, worth: str = "kept") -> HorizonTerms:
     """The horizon model of a ``PanelFit`` with the terms ``used`` ({term: bool}, the
-    mechanisms the probes support, section 11.6) on and the others switched off."""
-    terms = terms_from_fit(fit, worth="kept", length=length)
+    mechanisms the probes support, section 11.6) on and the others switched off; ``worth``
+    as in ``terms_from_fit`` (the kept share by default, section 11.4)."""
+    terms = terms_from_fit(fit, worth=worth, length=length)
     for term, on in used.items():
         if not on:
             terms = ablate(terms, term)

@@ -251,12 +251,14 @@ def single_phase(terms: HorizonTerms) -> PhasedTerms:
 def registered_window(model: dict, length: int) -> tuple:
     """(phased terms, the pooled fit as one phase) of a window registration's
     ``horizon_model`` record (``llm_experiments.study.window_predict``): its phases'
-    {"birth", "fit"} and pooled ``panel_fit``, with the terms it used; ``length`` staleness
-    values tabulated (horizons up to it)."""
+    {"birth", "fit"} and pooled ``panel_fit``, with the terms it used and its measure of a
+    stale rollout's worth (``window.worth``, "kept" when absent); ``length`` staleness values
+    tabulated (horizons up to it)."""
     used = {t: bool(v["used"]) for t, v in model["supported"].items()}
     phases = model["window"]["phases"]
+    worth = model["window"].get("worth", "kept")
     phased = PhasedTerms(births=tuple(float(p["birth"]) for p in phases),
-                         terms=tuple(model_terms(PanelFit.from_dict(p["fit"]), used, length)
-                                     for p in phases))
+                         terms=tuple(model_terms(PanelFit.from_dict(p["fit"]), used, length,
+                                                 worth) for p in phases))
     return phased, single_phase(model_terms(PanelFit.from_dict(model["panel_fit"]), used,
-                                            length))
+                                            length, worth))
