@@ -66,7 +66,8 @@ def _verdicts(out):
 
 def _windows(out):
     from figures import windows
-    return windows.main([] if out is None else ["--out", str(out)])  # raises if absent
+    return windows.main(["--windows", str(RESULTS / "windows")]
+                        + ([] if out is None else ["--out", str(out)]))  # raises if absent
 
 
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,

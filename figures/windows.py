@@ -135,10 +135,11 @@ def draw(cases: list[WindowCase]):
 def main(argv=None) -> list[Path]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="output folder (default figures/out)")
+    p.add_argument("--windows", default=str(WINDOWS), help="folder of the judged windows")
     a = p.parse_args(argv)
-    cases = load_cases()
+    cases = load_cases(Path(a.windows))
     if not cases:
-        raise FileNotFoundError(f"no judged window under {WINDOWS}")
+        raise FileNotFoundError(f"no judged window under {a.windows}")
     out = Path(a.out) if a.out else OUT_DIR
     out.mkdir(parents=True, exist_ok=True)
     md = out / "windows.md"
