@@ -78,3 +78,24 @@ def test_growth_that_never_binds_trains_as_the_fixed_buffer(tmp_path):
     strip = [[{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rs]
              for rs in (plain, grown)]
     assert strip[0] == strip[1]
+
+
+def test_resume_replays_a_growing_run_exactly(tmp_path):
+    """The window is a function of the step alone: a run stopped at its step-5 checkpoint and
+    resumed logs what the uninterrupted run logs."""
+    import dataclasses
+
+    from llm_experiments.config import save_config
+    from llm_experiments.engines.experiment import Experiment, run_experiment
+    from llm_experiments.engines.metrics import read_jsonl
+    cfg = small_config("run.steps=12", "buffer.horizon_growth=0.5", *DETERMINISTIC)
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    run_experiment(cfg, str(full))
+    os.makedirs(cut)
+    save_config(cfg, str(cut / "config.yaml"))
+    first = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, steps=5))
+    Experiment(first, str(cut)).run()
+    run_experiment(cfg, str(cut), resume=True)
+    a, b = (read_jsonl(str(d / "metrics.jsonl")) for d in (full, cut))
+    strip = [[{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rs] for rs in (a, b)]
+    assert [r["step"] for r in b] == list(range(13)) and strip[0] == strip[1]
