@@ -27,7 +27,8 @@ from typing import ClassVar
 import yaml
 
 from replaytheory import checks
-from replaytheory.buffer import GROUP_MODES, REPLACING, SAMPLING_MODES, positive_part
+from replaytheory.buffer import (GROUP_MODES, REPLACING, SAMPLING_MODES, check_growth,
+                                 positive_part)
 from replaytheory.cli_input import BadInput, file_label, kind_name, read_text
 
 from .engines import ENGINES
@@ -425,6 +426,14 @@ class BufferConfig(_Section):
     a group sampling mode), with R the
     rollouts per step of the schedule (sync: B/y; async: B W / (T mu_accounting)); 0 = use
     capacity as given.
+    horizon_growth: g, a horizon that grows during the run (theory.md section 11.13), in
+    [0, 1] steps of window per trainer step; 0 = off (the default: the fixed FIFO). When
+    0 < g <= 1, a batch at trainer step t is drawn only from rollouts inserted in the last
+    floor(x(t)) steps, x(t) = min(x_max, max(1, g (t + 1))), x_max = ``max_horizon`` (the
+    capacity above still bounds what is held); older rollouts are evicted. The window is a
+    function of t alone, so checkpoints need nothing new. g > 0 needs the plain FIFO drawing
+    with replacement (``replaytheory.buffer.check_growth``) and ``schedule.mode=sync`` with
+    at least one group made per step (``check_resolved``).
     """
 
     SECTION: ClassVar[str] = "buffer"
@@ -433,11 +442,20 @@ class BufferConfig(_Section):
     delta: float = _real(0.0, 0.0, 1.0, hi_open=True)
     lifo: bool = _flag(False)
     horizon: float = _real(0.0, 0.0)
+    horizon_growth: float = _real(0.0, 0.0, 1.0)
 
     def check(self) -> None:
-        """The LIFO queue replays nothing, so it has no positive part."""
+        """The LIFO queue replays nothing, so it has no positive part; a growing horizon
+        needs the plain FIFO drawing with replacement."""
         if self.lifo and self.delta > 0:
             raise ValueError("buffer.delta must be 0 with buffer.lifo=true (no replay)")
+        check_growth("buffer.horizon_growth", self.horizon_growth, sampling=self.sampling,
+                     delta=self.delta, lifo=self.lifo)
+
+    def max_horizon(self, rate: float) -> float:
+        """x_max in trainer steps, the growing horizon's largest window: ``horizon`` when
+        set, else capacity / R at ``rate`` R (> 0) rollouts per step."""
+        return self.horizon if self.horizon > 0 else self.capacity / rate
 
 
 @dataclass
@@ -679,6 +697,8 @@ def check_resolved(cfg: Config) -> None:
                              f"{least}, or the buffer can never give a batch")
         if b.lifo and sc.engine == "ray":
             _check_ray_lifo(cfg)
+    if b.horizon_growth > 0:
+        _check_growing_horizon(cfg)
     s, loss = cfg.sampler, cfg.trainer.loss
     if s.top_p < 1 and loss in _Owned("rl.losses", "RATIO_LOSSES"):
         raise ValueError(f"sampler.top_p ({s.top_p:g}) must be 1 with trainer.loss={loss}: "
@@ -713,6 +733,26 @@ def _check_group_draws(cfg: Config, shards: int) -> None:
                              f"buffer.sampling={b.sampling}: {why}; e.g. "
                              f"{max(whole, value - value % whole)} or "
                              f"{value - value % whole + whole}")
+
+
+def _check_growing_horizon(cfg: Config) -> None:
+    """buffer.horizon_growth > 0 (theory.md section 11.13) is built for the synchronous
+    emulated schedule, where every step makes at least one group (so the window of its last
+    step is never empty) and the window grows to x_max >= 1 steps."""
+    sc, b = cfg.schedule, cfg.buffer
+    g = f"buffer.horizon_growth ({b.horizon_growth:g})"
+    if sc.mode != "sync":
+        raise ValueError(f"{g} needs schedule.mode=sync (the synchronous emulated engine); "
+                         f"got schedule.mode={sc.mode}")
+    rate = rollouts_per_step(sc)
+    if rate < sc.group_size - 1e-9:
+        raise ValueError(f"{g} needs at least one group made per step, schedule.batch_size / "
+                         f"schedule.replay_ratio ({rate:g}) >= schedule.group_size "
+                         f"({sc.group_size}): a window of one step would hold no rollout")
+    if b.max_horizon(rate) < 1:
+        raise ValueError(f"{g} needs a buffer of at least one step: buffer.horizon >= 1 (or "
+                         f"buffer.capacity >= {rate:g} with buffer.horizon=0); got "
+                         f"x_max={b.max_horizon(rate):g} steps")
 
 
 def _check_ray_lifo(cfg: Config) -> None:

@@ -20,6 +20,11 @@ its own store keyed by item id). numpy only.
   one shard (round robin unless given) and trainer k samples shard k only.
 * LIFO queue (``lifo=True``), the no-buffer baseline: the freshest unused rollouts are served
   first and each rollout is used exactly once (removed when drawn).
+* A horizon that grows (``horizon_growth`` g in (0, 1], theory.md section 11.13): at trainer
+  step t a batch is drawn only from rollouts inserted in the last k(t) steps
+  (``growing_window``); older ones are evicted before the draw. With g <= 1 the window's
+  oldest step never moves back, so this is a FIFO whose capacity grows from one step of
+  rollouts to ``max_horizon`` steps (and never beyond N).
 
 Every use is recorded with the three axes of section 2: off-policiness (step minus generation
 step), steps-since-last-use (``NEW = -1`` at first use), and per-rollout replay ratio (uses over
@@ -27,6 +32,8 @@ the whole run).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -40,6 +47,8 @@ GROUP_MODES = SAMPLING_MODES[3:]
 # Modes that may draw an item (a group) twice in one batch: one item (group) held suffices.
 REPLACING = ("with_replacement", "groups_with_replacement")
 NEW = -1  # steps-since-last-use code of a first use
+# Modes a growing horizon supports: a window of one step may hold fewer than B rollouts.
+GROWING_MODES = REPLACING
 # Metadata per held item, in the order of the checkpoint lists.
 META_COLUMNS = {"generation_step": np.int64, "insert_step": np.int64, "uses": np.int32,
                 "last_use": np.int64, "positive": np.bool_}
@@ -50,6 +59,37 @@ def positive_part(capacity: int, delta: float, group_size: int = 1) -> int:
     round(delta N), in whole groups of ``group_size`` (>= 1; 1 when rollouts are drawn one by
     one). The rest, the recent part, is what a batch can always be drawn from."""
     return group_size * int(round(delta * capacity / group_size))
+
+
+def check_growth(name: str, growth, *, sampling: str, delta: float, lifo: bool) -> float:
+    """``growth`` (g, a growing horizon's slope in steps of window per trainer step) as a
+    float in [0, 1], 0 = off, else raise ``ValueError`` naming ``name``. g > 0 needs a FIFO
+    replay buffer (delta = 0, not the LIFO queue: a positive part or a queue has no window of
+    recent steps) drawing with replacement (``GROWING_MODES``: the window of the first steps
+    holds fewer than B rollouts)."""
+    g = checks.real(name, growth, 0.0, 1.0)
+    if g == 0:
+        return g
+    at = name[:name.rfind(".") + 1]  # the section of ``name``, for the other keys
+    if lifo or delta > 0:
+        raise ValueError(f"{name} > 0 (a growing horizon) needs the plain FIFO buffer, "
+                         f"{at}delta = 0 and {at}lifo = false; got {at}delta={delta:g}, "
+                         f"{at}lifo={lifo}")
+    if sampling not in GROWING_MODES:
+        raise ValueError(f"{name} > 0 (a growing horizon) needs {at}sampling in "
+                         f"{list(GROWING_MODES)}: the window of the first steps holds fewer "
+                         f"rollouts than a batch drawn without replacement; got {sampling}")
+    return g
+
+
+def growing_window(step: int, growth: float, max_horizon: float) -> int:
+    """k(t) = floor(x(t)), x(t) = min(x_max, max(1, g (t + 1))) (theory.md section 11.13):
+    the trainer steps (>= 1) whose rollouts a batch at step t (>= 0) may be drawn from, the
+    steps t - k(t) + 1 .. t. ``growth`` g in (0, 1] (steps of window per step);
+    ``max_horizon`` x_max >= 1 (steps; the fixed buffer's horizon). A rollout drawn at step t
+    is at most k(t) - 1 <= x(t) - 1 steps old; k(t + 1) <= k(t) + 1 when g <= 1."""
+    x = min(max_horizon, max(1.0, growth * (step + 1)))
+    return int(math.floor(x + 1e-9))  # g (t + 1) = 29 must not floor to 28
 
 
 class _Shard:
@@ -80,11 +120,18 @@ class ReplayIndex:
         shards: number of shards T >= 1 (one per trainer).
         lifo: the no-buffer baseline queue instead of a replay buffer.
         group_size: G >= 1, rollouts per group; used by the group modes only.
+        horizon_growth: g in [0, 1], 0 = off (``check_growth``); g > 0: a batch at step t
+            is drawn from the rollouts inserted in the last ``growing_window`` steps only
+            (older ones are evicted first), and rollouts must be inserted in step order.
+        max_horizon: x_max >= 1, the growing window's largest size in steps (the capacity
+            N still bounds what is held); None = no bound but N. Used only when
+            horizon_growth > 0.
     """
 
     def __init__(self, capacity: int, *, sampling: str = "with_replacement",
                  delta: float = 0.0, shards: int = 1, lifo: bool = False,
-                 group_size: int = 1):
+                 group_size: int = 1, horizon_growth: float = 0.0,
+                 max_horizon: float | None = None):
         self.capacity = checks.integer("capacity", capacity, 1)
         self.sampling = checks.choice("sampling", sampling, SAMPLING_MODES)
         self.delta = checks.real("delta", delta, 0.0, 1.0, hi_open=True)
@@ -96,6 +143,12 @@ class ReplayIndex:
         if lifo and self.delta > 0:
             raise ValueError("delta must be 0 for the LIFO queue (no replay)")
         self.lifo = bool(lifo)
+        self.horizon_growth = check_growth("horizon_growth", horizon_growth,
+                                           sampling=self.sampling, delta=self.delta,
+                                           lifo=self.lifo)
+        self.max_horizon = math.inf if max_horizon is None else \
+            checks.real("max_horizon", max_horizon, 1.0)
+        self._newest_insert = -1  # insert steps must not decrease with a growing horizon
         # Rollouts per unit of insertion, eviction and draw: G with group draws, else 1.
         self.unit = self.group_size if self.sampling in GROUP_MODES and not self.lifo else 1
         if self.capacity % (self.shards * self.unit):
@@ -169,6 +222,12 @@ class ReplayIndex:
         else:
             pos = np.broadcast_to(np.asarray(positive, dtype=bool), (n,))
         target = self._targets(n, shard, group)
+        if self.horizon_growth > 0 and n:
+            # ``expire`` pops the oldest insertions first: they must be the oldest steps.
+            if ins.min() < self._newest_insert or np.any(np.diff(ins) < 0):
+                raise ValueError(f"insert_step must not decrease with horizon_growth > 0; "
+                                 f"got {int(ins.min())} after {self._newest_insert}")
+            self._newest_insert = int(ins.max())
         if self.unit > 1:  # groups move between the parts whole
             pos = np.repeat(pos.reshape(-1, self.unit).any(1), self.unit)
         held = self._meta.contains(ids)
@@ -238,14 +297,32 @@ class ReplayIndex:
             return n >= batch_size
         return n >= self.unit
 
+    def expire(self, step: int) -> np.ndarray:
+        """With a growing horizon, evict every rollout inserted before the window of trainer
+        step ``step`` (``growing_window``) and return their ids (empty when off). ``sample``
+        calls it first; a payload store calls it to learn which payloads to drop."""
+        if self.horizon_growth == 0:
+            return np.zeros(0, dtype=np.int64)
+        oldest = step - growing_window(step, self.horizon_growth, self.max_horizon) + 1
+        inserted = self._meta.cols["insert_step"]
+        gone = []
+        for sh in self._shards:
+            while len(sh.recent) and inserted[self._meta.rows(sh.recent.peekleft())] < oldest:
+                gone.append(sh.recent.popleft())
+        gone = np.asarray(gone, dtype=np.int64)
+        self._leave(gone)
+        return gone
+
     def sample(self, batch_size: int, step: int, rng: np.random.Generator,
                shard: int = 0) -> np.ndarray:
-        """Draw a batch of ids for trainer step ``step`` and record each use.
+        """Draw a batch of ids for trainer step ``step`` and record each use (with a growing
+        horizon, after ``expire(step)``).
 
         Raises ``ValueError`` if the shard holds too few items (see ``can_sample``).
         """
         b = checks.integer("batch_size", batch_size, 1)
         shard = checks.integer("shard", shard, 0, self.shards - 1)
+        self.expire(step)
         if not self.can_sample(b, shard):
             unit = f" in groups of {self.unit}" if self.unit > 1 else ""
             raise ValueError(f"batch_size ({b}) exceeds the items available{unit} in shard "
@@ -367,6 +444,8 @@ class ReplayIndex:
         rows = self._meta.live_rows()
         return {"capacity": self.capacity, "sampling": self.sampling, "delta": self.delta,
                 "shards": self.shards, "lifo": self.lifo, "group_size": self.group_size,
+                "horizon_growth": self.horizon_growth,
+                "max_horizon": None if math.isinf(self.max_horizon) else self.max_horizon,
                 "next_shard": self._next_shard,
                 "recent": [s.recent.array().tolist() for s in self._shards],
                 "positives": [s.positives.array().tolist() for s in self._shards],
@@ -379,7 +458,9 @@ class ReplayIndex:
         """Rebuild a buffer saved with ``state_dict``."""
         buf = cls(state["capacity"], sampling=state["sampling"], delta=state["delta"],
                   shards=state["shards"], lifo=state["lifo"],
-                  group_size=state.get("group_size", 1))  # checkpoints before group draws
+                  group_size=state.get("group_size", 1),  # checkpoints before group draws
+                  horizon_growth=state.get("horizon_growth", 0.0),  # before growing horizons
+                  max_horizon=state.get("max_horizon"))
         buf._next_shard = int(state["next_shard"])
         for sh, rec, pos in zip(buf._shards, state["recent"], state["positives"]):
             sh.recent, sh.positives = IntRing(rec), IntRing(pos)
@@ -388,6 +469,7 @@ class ReplayIndex:
             values = np.array([m for _, m in meta], dtype=np.int64).reshape(-1, 5)
             buf._meta.insert([k for k, _ in meta],
                              **{k: values[:, j] for j, k in enumerate(META_COLUMNS)})
+            buf._newest_insert = int(values[:, list(META_COLUMNS).index("insert_step")].max())
         u = state["uses"]
         if len(u["item_id"]):
             buf._uses = [np.stack([np.asarray(u[k], dtype=np.int64) for k in

@@ -139,6 +139,12 @@ class IntRing:
         self._n -= 1
         return value
 
+    def peekleft(self) -> int:
+        """The leftmost value (not removed)."""
+        if not self._n:
+            raise IndexError("peek into an empty IntRing")
+        return int(self._buf[self._head])
+
     def pop(self) -> int:
         """Remove and return the rightmost value."""
         if not self._n:

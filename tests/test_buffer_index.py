@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from replaytheory.buffer import NEW, ReplayIndex
+from replaytheory.buffer import NEW, ReplayIndex, growing_window
 
 
 def rng():
@@ -221,3 +221,115 @@ def test_group_draws_with_replacement_and_round_trip():
     assert c.group_size == 2 and c.unit == 2
     g1, g2 = np.random.default_rng(9), np.random.default_rng(9)
     assert b.sample(4, 3, g1, shard=1).tolist() == c.sample(4, 3, g2, shard=1).tolist()
+
+
+# ---- a horizon that grows (theory.md section 11.13) ---------------------------------------
+
+def _feed_and_draw(b, steps, per_step, batch, seed):
+    """Insert ``per_step`` ids at each step t (generation step t) and draw ``batch``; returns
+    (use records, window of each step, insert steps held after each draw)."""
+    rng, windows, held = np.random.default_rng(seed), [], []
+    for t in range(steps):
+        b.add(np.arange(t * per_step, (t + 1) * per_step), generation_step=t, insert_step=t)
+        b.sample(batch, t, rng)
+        held.append(b.metadata(b.items())["insert_step"])
+    return b.use_records(), held
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.integers(1, 30), x=st.integers(1, 8), g=st.sampled_from([1, 2]),
+       groups=st.integers(1, 3), batch_groups=st.integers(1, 4), seed=st.integers(0, 99),
+       grouped=st.booleans())
+def test_growth_that_never_binds_draws_as_the_fixed_fifo(steps, x, g, groups, batch_groups,
+                                                         seed, grouped):
+    """g = 1 and x_max = x over a FIFO of exactly x steps: the window k(t) = min(x, t + 1)
+    holds everything held, so draws, use records and evictions are bitwise those of the
+    plain buffer (the random stream is used identically)."""
+    mode = "groups_with_replacement" if grouped else "with_replacement"
+    r = groups * g
+    plain = ReplayIndex(x * r, sampling=mode, group_size=g)
+    grown = ReplayIndex(x * r, sampling=mode, group_size=g, horizon_growth=1.0, max_horizon=x)
+    a, held_a = _feed_and_draw(plain, steps, r, batch_groups * g, seed)
+    b, held_b = _feed_and_draw(grown, steps, r, batch_groups * g, seed)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert all(np.array_equal(u, v) for u, v in zip(held_a, held_b))
+    assert plain.histograms() == grown.histograms()
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.integers(1, 60), growth=st.floats(0.01, 1.0), x_max=st.floats(1.0, 40.0),
+       per_step=st.integers(1, 6), batch=st.integers(1, 12), seed=st.integers(0, 99))
+def test_growth_draws_nothing_older_than_the_window(steps, growth, x_max, per_step, batch,
+                                                    seed):
+    """Every rollout drawn at step t is at most floor(x(t)) - 1 <= x(t) - 1 steps old,
+    x(t) = min(x_max, max(1, g (t + 1))); what is held after the draw is the window exactly
+    (the FIFO is large enough never to evict), and the window's oldest step never moves back."""
+    b = ReplayIndex(1000, horizon_growth=growth, max_horizon=x_max)
+    rec, held = _feed_and_draw(b, steps, per_step, batch, seed)
+    x = np.minimum(x_max, np.maximum(1.0, growth * (rec["step"] + 1)))
+    assert np.all(rec["staleness"] <= x - 1 + 1e-9)
+    oldest = []
+    for t, ins in enumerate(held):
+        k = growing_window(t, growth, x_max)
+        assert 1 <= k <= x_max + 1e-9
+        assert sorted(set(ins.tolist())) == list(range(max(0, t - k + 1), t + 1))
+        oldest.append(t - k + 1)
+    assert np.all(np.diff(oldest) >= 0)
+
+
+def test_full_growth_keeps_every_rollout_drawable():
+    """g = 1 with x_max and N large: at step t the window is t + 1 steps, every rollout
+    inserted so far is held (and so drawable), and a long run of draws reaches them all."""
+    b = ReplayIndex(10_000, horizon_growth=1.0, max_horizon=500)
+    rng = np.random.default_rng(0)
+    for t in range(40):
+        b.add(np.arange(t * 5, t * 5 + 5), generation_step=t, insert_step=t)
+        assert sorted(b.items().tolist()) == list(range(t * 5 + 5))
+        b.sample(64, t, rng)
+    assert set(b.use_records()["item_id"][b.use_records()["step"] == 39].tolist()) <= \
+        set(range(200))
+    assert b.expire(40).size == 0
+
+
+def test_growth_evicts_by_step_and_round_trips():
+    """g = 0.25: windows 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 3 steps over t = 0..11; the evicted
+    rollouts leave with their use counts, and a restored index keeps the window."""
+    assert [growing_window(t, 0.25, 64) for t in range(12)] == [1] * 7 + [2] * 4 + [3]
+    assert growing_window(10**6, 0.25, 64) == 64 and growing_window(99, 0.29, 64) == 29
+    b = ReplayIndex(64, horizon_growth=0.25, max_horizon=8)
+    rng = np.random.default_rng(1)
+    for t in range(10):
+        b.add(np.arange(t * 4, t * 4 + 4), generation_step=t, insert_step=t)
+        b.sample(4, t, rng)
+    assert sorted(b.items().tolist()) == list(range(32, 40))  # steps 8 and 9
+    assert b.replay_ratios(include_live=False).size == 32
+    c = ReplayIndex.from_state_dict(b.state_dict())
+    assert (c.horizon_growth, c.max_horizon) == (0.25, 8)
+    for idx in (b, c):
+        idx.add(np.arange(40, 44), generation_step=10, insert_step=10)
+    g1, g2 = np.random.default_rng(9), np.random.default_rng(9)
+    assert b.sample(4, 11, g1).tolist() == c.sample(4, 11, g2).tolist()
+    assert sorted(c.items().tolist()) == list(range(36, 44))  # k(11) = 3: steps 9, 10
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(horizon_growth=-0.1), r"horizon_growth must be in \[0, 1\]"),
+    (dict(horizon_growth=1.5), r"horizon_growth must be in \[0, 1\]"),
+    (dict(horizon_growth=0.5, delta=0.25), "horizon_growth > 0 .* delta = 0"),
+    (dict(horizon_growth=0.5, lifo=True), "horizon_growth > 0 .* lifo = false"),
+    (dict(horizon_growth=0.5, sampling="without_replacement"), "horizon_growth > 0 .* sampling"),
+    (dict(horizon_growth=0.5, sampling="groups_without_replacement", group_size=2),
+     "horizon_growth > 0 .* sampling"),
+    (dict(horizon_growth=0.5, max_horizon=0.5), r"max_horizon must be in \[1, inf\)"),
+])
+def test_growth_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ReplayIndex(16, **kwargs)
+
+
+def test_growth_needs_insertions_in_step_order():
+    b = ReplayIndex(16, horizon_growth=0.5)
+    b.add([0, 1], generation_step=3, insert_step=3)
+    with pytest.raises(ValueError, match="insert_step must not decrease with horizon_growth"):
+        b.add([2], generation_step=2, insert_step=2)

@@ -17,7 +17,7 @@ import numpy as np
 from replaytheory.buffer import NEW, ReplayIndex
 from replaytheory.columns import SLACK, IdTable
 
-from .schedule import buffer_shards
+from .schedule import buffer_shards, rollouts_per_step
 
 
 @dataclass
@@ -98,26 +98,34 @@ class RolloutBuffer:
     Args: capacity N (rollouts, all shards together), sampling mode, delta in [0, 1),
     shards = trainers T (each draws batch_size / T from its own shard), lifo (no-buffer queue),
     group_size G (the group modes insert and draw whole groups: rollouts must be added group
-    by group, each group's G rollouts one after another).
+    by group, each group's G rollouts one after another), horizon_growth g in [0, 1] and
+    max_horizon x_max >= 1 steps or None (a horizon that grows, theory.md section 11.13: a draw at
+    step t evicts what was inserted before the last ``growing_window`` steps; 0 = off).
     """
 
     def __init__(self, capacity: int, *, sampling: str = "with_replacement",
                  delta: float = 0.0, shards: int = 1, lifo: bool = False,
-                 group_size: int = 1):
+                 group_size: int = 1, horizon_growth: float = 0.0,
+                 max_horizon: float | None = None):
         self.index = ReplayIndex(capacity, sampling=sampling, delta=delta, shards=shards,
-                                 lifo=lifo, group_size=group_size)
+                                 lifo=lifo, group_size=group_size,
+                                 horizon_growth=horizon_growth, max_horizon=max_horizon)
         self._init_store()
 
     @classmethod
     def for_config(cls, cfg) -> "RolloutBuffer":
         """The buffer of a run configuration (a ``Config``): on-policy, the LIFO queue of
         capacity B (each rollout used once); else ``buffer.*`` with one shard per trainer in
-        "async"."""
+        "async" (with buffer.horizon_growth > 0 its window grows to x_max =
+        ``BufferConfig.max_horizon``)."""
         sc, b = cfg.schedule, cfg.buffer
         if sc.mode == "on_policy":
             return cls(sc.batch_size, lifo=True)
+        growing = {} if b.horizon_growth == 0 else \
+            {"horizon_growth": b.horizon_growth,
+             "max_horizon": b.max_horizon(rollouts_per_step(sc, sc.mu_accounting))}
         return cls(b.capacity, sampling=b.sampling, delta=b.delta, lifo=b.lifo,
-                   shards=buffer_shards(sc), group_size=sc.group_size)
+                   shards=buffer_shards(sc), group_size=sc.group_size, **growing)
 
     def _init_store(self) -> None:
         self._rows = IdTable(PAYLOAD_COLUMNS)
@@ -217,6 +225,7 @@ class RolloutBuffer:
     def sample(self, batch_size: int, step: int, rng: np.random.Generator) -> list[Rollout]:
         """Draw batch_size rollouts (batch_size / T per shard; whole groups with a group
         sampling mode) for trainer step ``step``."""
+        self._rows.delete(self.index.expire(step))
         per = batch_size // self.index.shards
         ids = np.concatenate([self.index.sample(per, step, rng, shard=k)
                               for k in range(self.index.shards)])
@@ -229,6 +238,7 @@ class RolloutBuffer:
                      shard: int) -> list[Rollout]:
         """Draw ``n`` rollouts from ``shard`` alone for trainer step ``step`` (one trainer's
         part of the batch when the trainers are separate processes)."""
+        self._rows.delete(self.index.expire(step))
         ids = self.index.sample(n, step, rng, shard=shard)
         batch = self._rollouts(ids)
         if self.index.lifo:
