@@ -6,7 +6,8 @@ paired figures from the committed ``results/cpu_sweep/``; the diagnosis figure f
 ``results/diagnosis/diagnosis.json``; the verdict figures from every judged
 ``validation*.json`` under ``results/`` (``judge`` / ``verify``) but the windows', with every setting's
 predictions against the held-out goal (theory.md 10.9) in ``verdicts_goal.md``; the windows
-(``results/windows``, theory.md 11.12) in ``windows.md``. A family
+(``results/windows``, theory.md 11.12) in ``windows.md``; the growing horizon against fixed
+ones (``results/horizon_growth``, theory.md 11.14) in ``growth.md``. A family
 whose saved results are missing is reported and skipped so the others still build.
 """
 
@@ -70,8 +71,14 @@ def _windows(out):
                         + ([] if out is None else ["--out", str(out)]))  # raises if absent
 
 
+def _growth(out):
+    from figures import growth
+    return growth.main(["--results", str(RESULTS)]
+                       + ([] if out is None else ["--out", str(out)]))  # raises if absent
+
+
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
-            "verdicts": _verdicts, "windows": _windows}
+            "verdicts": _verdicts, "windows": _windows, "growth": _growth}
 
 
 def main(argv=None) -> int:
