@@ -3,7 +3,7 @@ window of a registered grid (its first T updates), from panel probes only, befor
 is scored.
 
 ``python -m llm_experiments.study.window_predict --base results/NAME/prediction.json
---steps T --panels RUN_DIR [RUN_DIR ...] --name NAME --out DIR``
+--steps T --panels RUN_DIR [RUN_DIR ...] --name NAME [--worth kept|align] --out DIR``
 
 1. The panels are grouped by birth step into phases (``phase_groups``: consecutive births
    merged until a phase holds ``MIN_PANELS`` panels) and each phase fitted on its own
@@ -12,7 +12,8 @@ is scored.
 2. The model's optimum over the window's T updates (``replaytheory.model.window``) at the
    panel runs' measured mu and the accounting mus, with the phases ("horizon", primary) and
    with the pooled fit as one phase ("horizon_one_phase": fill-up and AUC weighting alone);
-   section 5's optimum ("asymptotic") as in the base registration.
+   section 5's optimum with the pooled noise table ("asymptotic"). A stale rollout's worth is
+   the clip's kept share, or with ``--worth align`` its alignment with grad F (11.4, 11.13).
 3. ``DIR/prediction.json``: the base registration's grid, bootstrap and gate with ``steps``
    = T, in the format ``judge`` reads; judge it on the base grid's curves.
 """
