@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import OUT_DIR, PALETTE, plt, save
+from figures.style import PALETTE, plt, save, write_text
 from llm_experiments.study.results import Run, load_runs
-from replaytheory.io import atomic_write
 from replaytheory.stats.analysis import mean_over_budget
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -141,12 +140,9 @@ def main(argv=None) -> list[Path]:
     reg = json.loads((folder / "horizon_growth" / "prediction.json").read_text())
     arms, mu = load_arms(reg, folder)
     rows = verdicts(reg, arms, mu)
-    out = Path(a.out) if a.out else OUT_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    md = out / "growth.md"
-    atomic_write(str(md), lambda fh: fh.write(table(reg, rows, mu)))
-    atomic_write(str(out / "growth.json"), lambda fh: fh.write(json.dumps(rows, indent=1)))
-    return [md, out / "growth.json", *save(draw(rows), "growth", out)]
+    return [write_text(table(reg, rows, mu), "growth.md", a.out),
+            write_text(json.dumps(rows, indent=1), "growth.json", a.out),
+            *save(draw(rows), "growth", a.out)]
 
 
 if __name__ == "__main__":

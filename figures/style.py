@@ -34,6 +34,16 @@ def apply() -> None:
 apply()
 
 
+def write_text(text: str, name: str, out_dir: str | os.PathLike | None = None) -> Path:
+    """Write ``text`` to ``name`` (with its extension) in ``out_dir`` (default figures/out/,
+    made if missing), atomically. Returns the path written."""
+    out = Path(out_dir) if out_dir is not None else OUT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    atomic_write(str(path), lambda fh: fh.write(text))
+    return path
+
+
 def save(fig, name: str, out_dir: str | os.PathLike | None = None) -> list[Path]:
     """Write ``name``.png and ``name``.pdf into ``out_dir`` (default figures/out/), atomically,
     then close the figure. Returns the paths written."""

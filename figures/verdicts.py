@@ -40,8 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import PALETTE, plt, save
-from replaytheory.io import atomic_write
+from figures.style import PALETTE, plt, save, write_text
 
 PRIMARY = "auc"
 # The verdicts the tables and the figure show: the primary measure over compute units and,
@@ -343,18 +342,12 @@ def goal_table(rows: list[GoalRow]) -> str:
 
 def main_goal(named: dict[str, list[dict]], out=None) -> Path:
     """Write ``verdicts_goal.md`` (``goal_table`` of every setting in ``named``)."""
-    out_dir = Path(out) if out else Path(__file__).resolve().parent / "out"
-    md = out_dir / "verdicts_goal.md"
-    atomic_write(str(md), lambda fh: fh.write(goal_table(goal_rows(named))))
-    return md
+    return write_text(goal_table(goal_rows(named)), "verdicts_goal.md", out)
 
 
 def main_closing(named: dict[str, list[dict]], out=None) -> Path:
     """Write ``verdicts_closing.md`` (``closing_table`` of every setting in ``named``)."""
-    out_dir = Path(out) if out else Path(__file__).resolve().parent / "out"
-    md = out_dir / "verdicts_closing.md"
-    atomic_write(str(md), lambda fh: fh.write(closing_table(named)))
-    return md
+    return write_text(closing_table(named), "verdicts_closing.md", out)
 
 
 def draw(records: list[dict], name: str):
@@ -408,11 +401,8 @@ def main_one(results, out=None, name: str | None = None) -> list[Path]:
         path = path / "validation.json"
     name = name or default_name(path)
     records = load_records(path)
-    out_dir = Path(out) if out else Path(__file__).resolve().parent / "out"
-    paths = save(draw(records, name), f"verdicts_{name}", out_dir)
-    md = out_dir / f"verdicts_{name}.md"
-    atomic_write(str(md), lambda fh: fh.write(table(records, name)))
-    return [*paths, md]
+    paths = save(draw(records, name), f"verdicts_{name}", out)
+    return [*paths, write_text(table(records, name), f"verdicts_{name}.md", out)]
 
 
 def main(argv=None) -> int:

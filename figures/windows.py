@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import OUT_DIR, PALETTE, plt, save
-from replaytheory.io import atomic_write
+from figures.style import PALETTE, plt, save, write_text
 from figures.verdicts import neighbours_text
 
 WINDOWS = Path(__file__).resolve().parents[1] / "results" / "windows"
@@ -140,11 +139,7 @@ def main(argv=None) -> list[Path]:
     cases = load_cases(Path(a.windows))
     if not cases:
         raise FileNotFoundError(f"no judged window under {a.windows}")
-    out = Path(a.out) if a.out else OUT_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    md = out / "windows.md"
-    atomic_write(str(md), lambda fh: fh.write(table(cases)))
-    return [md, *save(draw(cases), "windows", out)]
+    return [write_text(table(cases), "windows.md", a.out), *save(draw(cases), "windows", a.out)]
 
 
 if __name__ == "__main__":

@@ -390,7 +390,9 @@ def horizon_objectives(reg: Registration, grid: SweepGrid, mus: dict) -> dict:
         for variant, model in models:
             if variant in reg.predictions:
                 tab = wn.step_tables(model, reg.steps)
-                out[variant] = {key: _window_at_cells(tab, x, y, mu, reg.budget_replay_ratio, on)
+                out[variant] = {key: wn.objective_at_cells(tab, x, y, mu=mu,
+                                                           y_max=reg.budget_replay_ratio,
+                                                           on_policy_cell=on)
                                 for key, mu in mus.items()}
         plain = hz.section5_terms(one.terms[0])
     else:
@@ -402,16 +404,6 @@ def horizon_objectives(reg: Registration, grid: SweepGrid, mus: dict) -> dict:
     if "asymptotic" in reg.predictions:
         out["asymptotic"] = {key: hz.objective_at_cells(plain, x, y, mu=mu, on_policy_cell=on)
                              for key, mu in mus.items()}
-    return out
-
-
-def _window_at_cells(tab, x, y, mu: float, y_max: float, on: int | None) -> np.ndarray:
-    """J_T (section 11.12) at the grid's cells, the on-policy cell (index, or None) as 1."""
-    out = np.ones(len(x))
-    rest = np.ones(len(x), bool)
-    if on is not None:
-        rest[on] = False
-    out[rest] = wn.objective(tab, x[rest], y[rest], mu=mu, y_max=y_max)
     return out
 
 

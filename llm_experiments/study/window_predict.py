@@ -137,8 +137,7 @@ def register(base: dict, steps: int, run_dirs: list[str], *, name: str, note: st
                    for v, tab in tables.items()} for key, m in mus.items()}
     judged = {v: {k: [float(d[v]["horizon"]), float(d[v]["replay_ratio"])]
                   for k, d in by_mu.items()} for v in tables}
-    section5 = hz.section5_terms(hz.model_terms(pooled, {t: ok for t, (ok, _) in
-                                                         supported.items()}, longest))
+    section5 = hz.section5_terms(one.terms[0])
     judged["asymptotic"] = {k: [float(d.horizon), float(d.replay_ratio)] for k, d in
                             ((k, hz.optimal_design(section5, mu=m, max_horizon=longest))
                              for k, m in mus.items())}

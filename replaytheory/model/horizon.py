@@ -288,11 +288,16 @@ def objective_at_cells(terms: HorizonTerms, horizons, ratios, *, mu: float,
     return out
 
 
+def used_terms(horizon_model: dict) -> dict:
+    """{term: bool} of a registration's ``horizon_model`` record: the mechanisms its probes
+    supported (section 11.6), the others switched off when the model is rebuilt."""
+    return {t: bool(v["used"]) for t, v in horizon_model["supported"].items()}
+
+
 def registered_terms(horizon_model: dict, length: int) -> tuple:
     """(the horizon model, section 5's) of a registration's ``horizon_model`` record
     (``llm_experiments.study.horizon_predict``), rebuilt from the panel fit it holds and the terms
     it used; ``length`` staleness values tabulated (horizons up to it)."""
-    fit = PanelFit.from_dict(horizon_model["panel_fit"])
-    used = {t: bool(v["used"]) for t, v in horizon_model["supported"].items()}
-    terms = model_terms(fit, used, length=length)
+    terms = model_terms(PanelFit.from_dict(horizon_model["panel_fit"]),
+                        used_terms(horizon_model), length=length)
     return terms, section5_terms(terms)

@@ -45,7 +45,8 @@ from scipy.optimize import minimize_scalar
 
 from .. import checks
 from ..fit.panel_fit import PanelFit
-from .horizon import DRAWS, POLISHED, Y_MIN, HorizonTerms, model_terms, staleness_means
+from .horizon import (DRAWS, POLISHED, Y_MIN, HorizonTerms, model_terms, staleness_means,
+                      used_terms)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,20 @@ def objective(tab: StepTables, horizon, replay_ratio, *, mu: float, y_max: float
     return out
 
 
+def objective_at_cells(tab: StepTables, horizons, ratios, *, mu: float, y_max: float,
+                       on_policy_cell: int | None = None) -> np.ndarray:
+    """J_T (section 11.12) at grid cells (x whole in [1, the tables' length], 0 < y <= y_max),
+    the on-policy cell (index, or None) scored as on-policy training: 1 by definition."""
+    x = np.asarray(horizons, dtype=float)
+    y = np.asarray(ratios, dtype=float)
+    out = np.ones(x.shape)
+    rest = np.ones(x.shape, bool)
+    if on_policy_cell is not None:
+        rest[on_policy_cell] = False
+    out[rest] = objective(tab, x[rest], y[rest], mu=mu, y_max=y_max)
+    return out
+
+
 @dataclass(frozen=True)
 class WindowDesign:
     """The finite-run optimum at one mu: x* (steps), y*, J_T there (on-policy = 1), the
@@ -254,7 +269,7 @@ def registered_window(model: dict, length: int) -> tuple:
     {"birth", "fit"} and pooled ``panel_fit``, with the terms it used and its measure of a
     stale rollout's worth (``window.worth``, "kept" when absent); ``length`` staleness values
     tabulated (horizons up to it)."""
-    used = {t: bool(v["used"]) for t, v in model["supported"].items()}
+    used = used_terms(model)
     phases = model["window"]["phases"]
     worth = model["window"].get("worth", "kept")
     phased = PhasedTerms(births=tuple(float(p["birth"]) for p in phases),
