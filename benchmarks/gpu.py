@@ -63,24 +63,52 @@ def build(shape: dict, device, dtype: str, max_len: int):
 
 
 def sampler_rows(name, model, tok, batch, news, device) -> list[dict]:
-    """Tokens/s of ours and ``generate`` per new-token length (one warm-up call each)."""
+    """Tokens/s per new-token length (one warm-up call each, at the length: it captures the
+    graphs) of ours with static-shape steps (CUDA graphs on a GPU; eager on CPU, the dry
+    run), ours with the growing-slice eager step, and ``generate``."""
     from benchmarks.samplers import addition_prompts, hf_generate, ours
-    contenders = {"ours": ours(model, tok, onednn=False), "hf_generate": hf_generate(model, tok)}
+    contenders = {"ours": ours(model, tok, onednn=False, graphs="on"),
+                  "ours_eager": ours(model, tok, onednn=False, graphs="off"),
+                  "hf_generate": hf_generate(model, tok)}
     rows = []
     for new in news:
+        tokens = {}
         for who, run in contenders.items():
-            b = batch if who == "ours" or new <= 128 else max(1, batch // 4)
+            b = batch if who.startswith("ours") or new <= 128 else max(1, batch // 4)
             prompts = addition_prompts(tok, b)
-            run(prompts, 2)
-            seconds = _timed(lambda: run(prompts, new), device)
+            run(prompts, new if who == "ours" else 2)
+            seconds = _timed(lambda: tokens.__setitem__(who, run(prompts, new)), device)
             rows.append({"model": name, "contender": who, "batch": b, "new_tokens": new,
                          "seconds": seconds, "tokens_per_s": b * new / seconds})
+        # Same seed, same uniforms: the graphed steps should sample the eager steps' tokens
+        # (bf16 rounding over another attention span may flip a near-tie, and a row then
+        # diverges from there on).
+        same = tokens["ours"].tokens == tokens["ours_eager"].tokens
+        for row in rows[-3:-1]:
+            row["tokens_equal_to_eager"] = float(same.mean())
     return rows
+
+
+def fresh_rollouts(trainer, tok, cfg, batch, new) -> list:
+    """``batch`` rollouts of up to ``new`` tokens just sampled by a ``model.dtype`` copy of
+    the trainer's weights (``make_sampler``), for the precision floor of their ratios."""
+    from benchmarks.samplers import addition_prompts
+    from llm_experiments.rl.buffer import Rollout
+    from llm_experiments.samplers import make_sampler
+    prompts = addition_prompts(tok, batch)
+    gen = make_sampler(cfg, trainer.model, tok).generate(prompts, max_new_tokens=new,
+                                                          temperature=1.0, seed=0)
+    return [Rollout(item_id=i, group_id=i, problem_id=i, version=0,
+                    prompt=np.asarray(p, np.int32), completion=gen.completion(i).copy(),
+                    logprobs=gen.logprobs[i, :gen.lengths[i]].copy(), reward=0.0,
+                    advantage=1.0) for i, p in enumerate(prompts)]
 
 
 def update_row(name, model, tok, cfg, batch, new, device) -> dict:
     """Seconds, share of bf16 peak and peak memory (measured on CUDA, and predicted) of one
-    update of ``batch`` rollouts of ``new`` completion tokens."""
+    update of ``batch`` rollouts of ``new`` completion tokens; the mean and largest
+    |log ratio| of fresh rollouts (the bf16 sampler's precision floor,
+    ``PolicyTrainer.log_ratios``)."""
     import torch
 
     from llm_experiments.rl.buffer import Rollout
@@ -109,8 +137,11 @@ def update_row(name, model, tok, cfg, batch, new, device) -> dict:
     micro = trainer.micro_batch(collate(rollouts, tok.pad_token_id))
     predicted = predict_update_memory(trainer.shape, micro, 6 + new, compute_bytes=2,
                                       chunk=trainer.logit_chunk)
+    floor = np.abs(trainer.log_ratios(fresh_rollouts(trainer, tok, cfg, batch, new)))
     return {"model": name, "params": params, "batch": batch, "new_tokens": new,
             "micro_batch": micro, "update_seconds": seconds,
+            "fresh_log_ratio_abs_mean": float(floor.mean()),
+            "fresh_log_ratio_abs_max": float(floor.max()),
             "bf16_peak_share": 6 * params * tokens / seconds / BF16_PEAK,
             "peak_gb_measured": torch.cuda.max_memory_allocated(device) / 1e9
             if device.type == "cuda" else None,

@@ -36,11 +36,11 @@ def addition_prompts(tok, n: int, seed: int = 0) -> list[list[int]]:
             for a, b in rng.integers(0, 100, (n, 2))]
 
 
-def ours(model, tok, onednn: bool = True, direct: bool = True):
+def ours(model, tok, onednn: bool = True, direct: bool = True, graphs: str = "auto"):
     """Our sampler as the harness runs it (``run.fast_kernels``: oneDNN linear layers;
-    ``run.direct_forward``: static-cache decoding), or with torch's default linear kernel,
-    or also through the model's generic forward (the sampler before the speed work); eos id
-    -1 never matches, so every sequence runs to the length."""
+    ``run.direct_forward``: static-cache decoding; ``sampler.decode_graphs``), or with
+    torch's default linear kernel, or also through the model's generic forward (the sampler
+    before the speed work); eos id -1 never matches, so every sequence runs to the length."""
     import copy
 
     from llm_experiments.policy.kernels import use_onednn_linear
@@ -48,7 +48,8 @@ def ours(model, tok, onednn: bool = True, direct: bool = True):
     model = copy.deepcopy(model)
     if onednn:
         use_onednn_linear(model)
-    sampler = HFSampler(model, eos_id=-1, pad_id=tok.pad_token_id, direct=direct)
+    sampler = HFSampler(model, eos_id=-1, pad_id=tok.pad_token_id, direct=direct,
+                        graphs=graphs)
     return lambda prompts, new: sampler.generate(prompts, max_new_tokens=new,
                                                  temperature=1.0, seed=0)
 

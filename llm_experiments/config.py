@@ -33,7 +33,7 @@ from replaytheory.cli_input import BadInput, file_label, kind_name, read_text
 
 from .engines import ENGINES
 from .engines.ray_plan import chunk_groups, lifo_min_capacity
-from .samplers import BACKENDS, CDF_DTYPES
+from .samplers import BACKENDS, CDF_DTYPES, DECODE_GRAPHS
 from .rl.schedule import MODES, buffer_shards, rollouts_per_step
 from .tasks import TASKS
 
@@ -96,6 +96,16 @@ def _positive(default: float):
 
 def _choice(default: str, allowed):
     return _field(default, lambda key, value: checks.choice(key, value, allowed))
+
+
+def _switch(default: str, allowed):
+    """A choice among ``allowed`` (which holds "on" and "off"), where YAML's booleans (it
+    reads a bare on/off as true/false) mean "on" and "off"."""
+    def check(key, value):
+        if isinstance(value, bool):
+            value = "on" if value else "off"
+        return checks.choice(key, value, allowed)
+    return _field(default, check)
 
 
 def _flag(default: bool):
@@ -318,6 +328,10 @@ class SamplerConfig(_Section):
         (the reference), "float32" (a float32 sum over the vocabulary), "blocked" (float32
         within 1,024-token blocks, float64 across them; <= ~2e-4 chance of another token
         than float64's at a 152k vocabulary, float32: ~4e-3), "auto" = float64 on CPU, blocked elsewhere.
+    decode_graphs: HF sampler's decode steps, one of ``samplers.DECODE_GRAPHS``: "on" = of
+        static shape over a cache kept across calls, captured as CUDA graphs on a GPU (run
+        eagerly on CPU; ``samplers.graphs``), "off" = the growing-slice static cache, "auto" =
+        on on a GPU, off on CPU. The samples are those of "off" up to float rounding.
     """
 
     SECTION: ClassVar[str] = "sampler"
@@ -330,6 +344,7 @@ class SamplerConfig(_Section):
     vllm_eager: bool = _flag(True)
     compact_below: float = _real(0.0, 0.0, 1.0)
     cdf_dtype: str = _choice("auto", CDF_DTYPES)
+    decode_graphs: str = _switch("auto", DECODE_GRAPHS)
 
 
 @dataclass
@@ -475,7 +490,8 @@ class TrainerConfig(_Section):
         (``memory.predict_update_memory``) fits ``memory_gb``, the whole batch when it
         fits; the gradient is the same, only memory changes.
     memory_gb: the update's memory budget in GiB (> 0), or 0 = 85% of a CUDA device's
-        memory, 16 GiB on CPU (``memory.budget_bytes``).
+        memory less what other tensors hold there (the sampler's copy and decode cache;
+        ``memory.held_by_others``), 16 GiB on CPU (``memory.budget_bytes``).
     logit_chunk: completion tokens whose vocabulary logits are computed at once (>= 1;
         recomputed in the backward pass, ``losses.chunked_logprobs``), or 0 = as many as
         fit 1 GiB (``memory.logit_chunk``); a chunk covering the micro-batch computes them

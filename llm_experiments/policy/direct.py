@@ -23,6 +23,8 @@ forward to float32 rounding (tests/llm/test_llm_direct.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
@@ -80,7 +82,7 @@ def run_layers(model, x, pos, attend, keep_from: int = 0):
     return base.norm(x)
 
 
-def _attention(model, q, k, v, mask):
+def attention(model, q, k, v, mask):
     """softmax(q k^T scale, masked) v for q (n, heads, s, d), k, v (n, kv_heads, S, d),
     mask (n, 1, s or 1, S) bool; query heads share key heads in consecutive groups."""
     scale = model.model.layers[0].self_attn.scaling
@@ -113,10 +115,10 @@ def unique_prompts(prompts) -> tuple[list, torch.Tensor]:
     return [list(p) for p in first], torch.tensor(index, dtype=torch.long)
 
 
-def left_pad(prompts, pad_id: int, device):
-    """(ids, mask, positions), each (n, w): prompts left-padded to the longest; positions
-    count real tokens from 0."""
-    width = max(len(p) for p in prompts)
+def left_pad(prompts, pad_id: int, device, width: int = 0):
+    """(ids, mask, positions), each (n, w): prompts left-padded to the longest, or to
+    ``width`` tokens where that is more; positions count real tokens from 0."""
+    width = max(width, max(len(p) for p in prompts))
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
@@ -126,28 +128,56 @@ def left_pad(prompts, pad_id: int, device):
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+@dataclass
+class DecodeCache:
+    """Key/value cache of a decoder: per layer (rows, kv_heads, columns, head_dim) keys and
+    values, and ``valid`` (rows, columns): which columns may be attended to (each row's real
+    prompt tokens, then every new token)."""
+
+    keys: list
+    values: list
+    valid: torch.Tensor
+
+    @classmethod
+    def allocate(cls, model, rows: int, columns: int, device, fill=torch.empty):
+        """A cache of ``rows`` x ``columns`` for ``model`` in its embedding dtype; ``fill``
+        torch.empty or torch.zeros (a cache whose unwritten columns are read, masked, by a
+        static-shape step: 0 x uninitialised memory may be NaN)."""
+        base = model.model
+        a = base.layers[0].self_attn
+        shape = (rows, a.k_proj.out_features // a.head_dim, columns, a.head_dim)
+        dtype = base.embed_tokens.weight.dtype
+        return cls([fill(shape, dtype=dtype, device=device) for _ in base.layers],
+                   [fill(shape, dtype=dtype, device=device) for _ in base.layers],
+                   torch.ones((rows, columns), dtype=torch.bool, device=device))
+
+
 class StaticDecoder:
     """Prefill and one-token decoding steps with a preallocated key/value cache.
 
     prompts: token-id lists (n rows; equal prompts are computed once). ``prefill`` returns
     the next-token logits after each prompt, ``step`` those after each new token.
+    width: prompts are left-padded to at least this many tokens. cache: a ``DecodeCache`` of
+    exactly n rows and width + max_new columns to fill (kept across calls by
+    ``samplers.graphs``), or None: one is allocated.
     """
 
-    def __init__(self, model, prompts, max_new: int, pad_id: int, device):
-        self.model, base = model, model.model
+    def __init__(self, model, prompts, max_new: int, pad_id: int, device, width: int = 0,
+                 cache: DecodeCache | None = None):
+        self.model = model
         distinct, self.row = unique_prompts(prompts)
         self.row = self.row.to(device)
-        self.ids, mask, self.pos = left_pad(distinct, pad_id, device)
+        self.ids, mask, self.pos = left_pad(distinct, pad_id, device, width)
         n, w = len(prompts), self.ids.shape[1]
-        a = base.layers[0].self_attn
-        kv_heads = a.k_proj.out_features // a.head_dim
-        shape = (n, kv_heads, w + max_new, a.head_dim)
-        dtype = base.embed_tokens.weight.dtype
-        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in base.layers]
-        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in base.layers]
-        # Keys that may be attended to: each row's real prompt tokens, then every new token.
-        self.valid = torch.ones((n, w + max_new), dtype=torch.bool, device=device)
+        if cache is None:
+            cache = DecodeCache.allocate(model, n, w + max_new, device)
+        elif cache.valid.shape != (n, w + max_new):
+            raise ValueError(f"cache must have {n} rows and {w + max_new} columns, got "
+                             f"{tuple(cache.valid.shape)}")
+        # Own lists: ``keep`` replaces their tensors, never the cache's.
+        self.keys, self.values, self.valid = list(cache.keys), list(cache.values), cache.valid
         self.valid[:, :w] = mask.bool()[self.row]
+        self.valid[:, w:] = True
         self.width = w
         self._prompt_mask = prompt_mask(mask)
 
@@ -162,7 +192,7 @@ class StaticDecoder:
         def attend(i, q, k, v):
             self.keys[i][:, :, :w] = k[self.row]
             self.values[i][:, :, :w] = v[self.row]
-            return _attention(self.model, q, k, v, self._prompt_mask)
+            return attention(self.model, q, k, v, self._prompt_mask)
         hidden = run_layers(self.model, self.model.model.embed_tokens(self.ids), self.pos,
                             attend)
         return self.model.lm_head(hidden[:, -1])[self.row]
@@ -176,19 +206,21 @@ class StaticDecoder:
         def attend(i, q, k, v):
             self.keys[i][:, :, end - 1:end] = k
             self.values[i][:, :, end - 1:end] = v
-            return _attention(self.model, q, self.keys[i][:, :, :end],
+            return attention(self.model, q, self.keys[i][:, :, :end],
                               self.values[i][:, :, :end], mask)
         hidden = run_layers(self.model, self.model.model.embed_tokens(tok), pos, attend)
         return self.model.lm_head(hidden[:, -1])
 
-    def keep(self, rows: torch.Tensor) -> None:
+    def keep(self, rows: torch.Tensor) -> torch.Tensor:
         """Keep only ``rows`` (indices into the current rows, after ``prefill``): later
-        steps take and return those rows only (finished sequences stop costing compute)."""
+        steps take and return those rows only (finished sequences stop costing compute).
+        Returns the rows kept (``rows``)."""
         # Layer by layer, so that at most one layer's old cache is held beside the new one.
         for cache in (self.keys, self.values):
             for i, layer in enumerate(cache):
                 cache[i] = layer.index_select(0, rows)
         self.valid = self.valid.index_select(0, rows)
+        return rows
 
 
 def _shared_prompt_states(model, batch):
@@ -200,7 +232,7 @@ def _shared_prompt_states(model, batch):
     def attend_prompt(i, q, k, v):
         keys.append(k)
         values.append(v)
-        return _attention(model, q, k, v, batch.prompt_attention)
+        return attention(model, q, k, v, batch.prompt_attention)
 
     embed = model.model.embed_tokens
     prompt_hidden = run_layers(model, embed(batch.prompt_ids), batch.prompt_pos, attend_prompt)
@@ -209,7 +241,7 @@ def _shared_prompt_states(model, batch):
     row = batch.row
 
     def attend_completion(i, q, k, v):
-        return _attention(model, q, torch.cat([keys[i][row], k], 2),
+        return attention(model, q, torch.cat([keys[i][row], k], 2),
                           torch.cat([values[i][row], v], 2), batch.completion_attention)
 
     # Completion tokens 0..L-2 predict tokens 1..L-1.
@@ -243,7 +275,7 @@ def sequence_hidden(model, batch):
     mask = batch.attention
 
     def attend(i, q, k, v):
-        return _attention(model, q, k, v, mask[:, :, -q.shape[2]:])
+        return attention(model, q, k, v, mask[:, :, -q.shape[2]:])
     return run_layers(model, model.model.embed_tokens(batch.input_ids), batch.positions, attend,
                       keep_from=batch.first)
 

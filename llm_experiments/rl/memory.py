@@ -102,15 +102,32 @@ def predict_update_memory(shape: ModelShape, micro_batch: int, seq_len: int, *,
                         peak=state + max(acts + logits, step))
 
 
-def budget_bytes(memory_gb: float, device) -> int:
-    """The update's memory budget: ``memory_gb`` GiB if > 0, else CUDA_SHARE of a CUDA
-    device's memory, or CPU_BUDGET_BYTES on CPU."""
+def budget_bytes(memory_gb: float, device, held: int = 0) -> int:
+    """The update's memory budget, bytes: ``memory_gb`` GiB if > 0, else CUDA_SHARE of a
+    CUDA device's memory less ``held`` (>= 0: bytes of tensors on the device that
+    ``predict_update_memory`` does not count, such as a sampler's weights and the decode
+    cache it keeps across calls, ``samplers.graphs``), or CPU_BUDGET_BYTES on CPU."""
     if memory_gb > 0:
         return int(memory_gb * GIB)
     device = torch.device(device)
     if device.type == "cuda":
-        return int(CUDA_SHARE * torch.cuda.get_device_properties(device).total_memory)
+        return int(CUDA_SHARE * torch.cuda.get_device_properties(device).total_memory) - held
     return CPU_BUDGET_BYTES
+
+
+def held_by_others(model, optimizer, device) -> int:
+    """Bytes allocated on a CUDA ``device`` beyond ``model``'s parameters and gradients and
+    ``optimizer``'s state (what ``predict_update_memory`` counts as the update's state); 0
+    elsewhere (the CPU budget is fixed)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    own = [p for p in model.parameters()] + [p.grad for p in model.parameters()
+                                             if p.grad is not None]
+    own += [t for state in optimizer.state.values() for t in state.values()
+            if torch.is_tensor(t) and t.device == device]
+    own_bytes = sum(t.numel() * t.element_size() for t in own if t.device == device)
+    return max(0, torch.cuda.memory_allocated(device) - own_bytes)
 
 
 def choose_micro_batch(shape: ModelShape, rows: int, seq_len: int, budget: int, *,

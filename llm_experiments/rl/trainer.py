@@ -13,7 +13,7 @@ import torch
 from .buffer import Rollout
 from ..config import OPTIMIZERS, Config
 from .gradients import clipped_mean_grad, flat_grad
-from .memory import ModelShape, budget_bytes, choose_micro_batch, logit_chunk
+from .memory import ModelShape, budget_bytes, choose_micro_batch, held_by_others, logit_chunk
 from .losses import (SequenceBatch, TokenBatch, batch_logprobs, collate, collate_direct,
                      group_advantages, loss_stats, policy_loss)
 from ..policy.models import DTYPES, autocast
@@ -64,16 +64,35 @@ class PolicyTrainer:
         self.shape = ModelShape.of(self.model)
         self.logit_chunk = tr.logit_chunk or logit_chunk(self.shape.vocab)
 
+    @torch.no_grad()
+    def log_ratios(self, rollouts: list[Rollout]) -> np.ndarray:
+        """log(pi_trainer / pi_behaviour) of every valid completion token of ``rollouts``
+        (float64, flattened), scored as the update scores them (collation, autocast). For
+        rollouts just made from the trainer's weights this is the precision floor under
+        every importance ratio: ~1e-7 in float32, ~1e-3 for a bfloat16 sampler copy of a
+        tiny model, growing with width (issue 28; ``benchmarks.gpu`` measures it at 0.3B
+        and 0.74B)."""
+        pad = self.tokenizer.pad_token_id
+        batch = collate_direct(rollouts, self.cfg.run.train_layout, pad, self.device) \
+            if self.direct else collate(rollouts, pad, self.device)
+        with autocast(self.cfg, self.device):
+            logp, _ = batch_logprobs(self.model, batch, self.cfg.sampler.temperature,
+                                     self.logit_chunk)
+        return (logp.double() - batch.old_logp.double())[batch.mask].cpu().numpy()
+
     def micro_batch(self, batch) -> int:
         """Rows per forward/backward pass: ``trainer.micro_batch``, else the largest whose
-        predicted peak fits the memory budget (``memory.choose_micro_batch``)."""
+        predicted peak fits the memory budget (``memory.choose_micro_batch``), less what
+        other tensors hold on a CUDA device (``memory.held_by_others``)."""
         tr = self.cfg.trainer
         if tr.micro_batch:
             return tr.micro_batch
         width = batch.input_ids.shape[1] if isinstance(batch, (TokenBatch, SequenceBatch)) else \
             batch.prompt_ids.shape[1] + batch.targets.shape[1]
         return choose_micro_batch(self.shape, len(batch), width,
-                                  budget_bytes(tr.memory_gb, self.device),
+                                  budget_bytes(tr.memory_gb, self.device,
+                                               held_by_others(self.model, self.opt,
+                                                              self.device)),
                                   compute_bytes=DTYPES[self.cfg.model.dtype].itemsize,
                                   chunk=self.logit_chunk)
 
@@ -93,7 +112,7 @@ class PolicyTrainer:
         n = len(batch)
         self.opt.zero_grad(set_to_none=True)
         micro = self.micro_batch(batch)
-        logps, ents, loss_sum = [], [], 0.0
+        logps, ents, losses = [], [], []
         for start in range(0, n, micro):
             part = batch.rows(slice(start, start + micro))
             with autocast(self.cfg, self.device):
@@ -101,7 +120,7 @@ class PolicyTrainer:
             loss = policy_loss(logp, part, **self.loss_kwargs).sum() / n
             if not tr.per_sample_clip:
                 loss.backward()
-            loss_sum += float(loss.detach())
+            losses.append(loss.detach())  # read once, after the loop: no sync per micro-batch
             logps.append(logp.detach())
             ents.append(ent.detach())
         if tr.per_sample_clip:
@@ -114,10 +133,12 @@ class PolicyTrainer:
         clip = tr.grad_clip if tr.grad_clip > 0 else float("inf")
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
         self.opt.step()
+        if self.device.type == "cuda":  # the optimizer's kernels are part of the update's time
+            torch.cuda.synchronize(self.device)
         self.clock.train_seconds += time.perf_counter() - t0
         self.clock.train_tokens += int(sum(len(r.prompt) + len(r.completion) for r in rollouts))
         self.clock.steps += 1
-        stats["loss"] = loss_sum
+        stats["loss"] = sum(torch.stack(losses).tolist())
         return stats
 
     def _per_sample_clipped_grad(self, batch) -> None:

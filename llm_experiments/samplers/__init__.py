@@ -21,6 +21,9 @@ BACKENDS = ("hf", "vllm")
 # Float type of the HF sampler's inverse-CDF sum over the vocabulary (``sampler.cdf_dtype``):
 # "auto" = float64 on CPU (the bitwise reference), "blocked" on other devices.
 CDF_DTYPES = ("auto", "float64", "float32", "blocked")
+# Static-shape decode steps kept across calls, CUDA graphs on a GPU (``sampler.decode_graphs``,
+# ``samplers.graphs``): "auto" = on on a GPU, off elsewhere.
+DECODE_GRAPHS = ("auto", "on", "off")
 
 
 @dataclass
@@ -83,4 +86,5 @@ def make_sampler(cfg, model, tokenizer) -> Sampler:
     from .hf import HFSampler
     return HFSampler(model, tokenizer.eos_token_id, tokenizer.pad_token_id,
                      direct=cfg.run.direct_forward, dtype=dtype,
-                     compact_below=cfg.sampler.compact_below, cdf=cfg.sampler.cdf_dtype)
+                     compact_below=cfg.sampler.compact_below, cdf=cfg.sampler.cdf_dtype,
+                     graphs=cfg.sampler.decode_graphs)

@@ -14,10 +14,14 @@ def test_gpu_benchmark_dry_run(tmp_path):
     r = json.loads(out.read_text())
     assert r["dry_run"] and r["device"] == "cpu"
     assert {(s["contender"], s["new_tokens"]) for s in r["samplers"]} == {
-        ("ours", 4), ("ours", 16), ("hf_generate", 4), ("hf_generate", 16)}
+        (who, new) for who in ("ours", "ours_eager", "hf_generate") for new in (4, 16)}
     assert all(s["tokens_per_s"] > 0 for s in r["samplers"])
+    # The static-shape step samples the eager step's tokens (bfloat16, tiny shapes).
+    assert [s["tokens_equal_to_eager"] for s in r["samplers"]
+            if s["contender"].startswith("ours")] == [1.0] * 4
     (u,) = r["updates"]
     assert u["update_seconds"] > 0 and 0 < u["bf16_peak_share"] < 1
+    assert 0 < u["fresh_log_ratio_abs_mean"] <= u["fresh_log_ratio_abs_max"] < 0.1
     assert u["peak_gb_measured"] is None and u["peak_gb_predicted"] > 0
     assert r["cpu_tiny"]["steps"] == 3 and 0 <= r["cpu_tiny"]["best_eval_accuracy"] <= 1
 

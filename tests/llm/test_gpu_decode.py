@@ -5,6 +5,8 @@ vocabulary, vLLM's memory share and eager mode from the config."""
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from llm_experiments.samplers import hf
@@ -52,7 +54,7 @@ class CountingDecoder(hf.StaticDecoder):
 
     def keep(self, rows):
         assert 0 < len(rows) < self.valid.shape[0]
-        super().keep(rows)
+        return super().keep(rows)
 
 
 def test_compacting_finished_rows_keeps_every_sample_and_saves_row_steps(monkeypatch):
@@ -233,3 +235,116 @@ def test_cuda_sampler_matches_cpu_lengths_and_logprobs():
     for i in range(8):
         want = recomputed_logprobs(model.cpu(), [3, 4, 5], gen.completion(i))
         np.testing.assert_allclose(gen.logprobs[i, :gen.lengths[i]], want, atol=1e-4)
+
+
+# Static-shape steps kept across calls (samplers.graphs): what the CUDA graphs replay.
+GRAPH_PROMPTS = [[3, 4, 5], [6, 7], [8, 9, 10, 11]] * 4
+
+
+def same_samples(a, b):
+    """Two generations with the same tokens, lengths and finished flags, and log-probs equal
+    to float32 rounding (a step over a longer, masked span sums in another order)."""
+    for field in ("tokens", "lengths", "finished"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+@pytest.mark.parametrize("blocks", [(64, 128), (4, 8)])
+@pytest.mark.parametrize("k,below", [(1, 0.0), (3, 1.0), (16, 0.5)])
+def test_static_shape_steps_sample_what_the_static_cache_samples(monkeypatch, k, below, blocks):
+    """With the shipped width and span blocks, and with small ones (rows then cross up to five
+    spans of a 4 + 40-column cache), with and without compaction to halvings of the rows,
+    the static-shape step samples the growing-slice decoder's tokens."""
+    from llm_experiments.samplers import graphs
+    monkeypatch.setitem(hf.CHECK_EVERY, "cpu", k)
+    monkeypatch.setattr(graphs, "WIDTH_BLOCK", blocks[0])
+    monkeypatch.setattr(graphs, "SPAN_BLOCK", blocks[1])
+    model, tok = tiny_policy(32, 2, 64)
+    ref = eos_prone_sampler(model, tok, graphs="off").generate(
+        GRAPH_PROMPTS, max_new_tokens=40, temperature=1.0, seed=3)
+    assert ref.lengths.min() <= 4 and ref.lengths.max() >= 25
+    graphed = eos_prone_sampler(model, tok, graphs="on", compact_below=below)
+    same_samples(graphed.generate(GRAPH_PROMPTS, max_new_tokens=40, temperature=1.0, seed=3),
+                 ref)
+    assert graphed._graphed.shape == (12, blocks[0], 40)
+
+
+def test_graphed_decoder_keeps_its_cache_across_calls_and_weight_versions():
+    """A second call on other prompts reuses the cache (no new buffers), a longer prompt
+    widens it, another row count replaces it; every call samples what a fresh decoder does,
+    also after the weights change in place (``load_weights``)."""
+    from llm_experiments.samplers import WeightUpdate
+    model, tok = tiny_policy(32, 2, 64)
+    graphed = eos_prone_sampler(model, tok, graphs="on", compact_below=0.5)
+
+    def check(prompts, seed):
+        want = eos_prone_sampler(model, tok, graphs="off").generate(
+            prompts, max_new_tokens=40, temperature=1.0, seed=seed)
+        same_samples(graphed.generate(prompts, max_new_tokens=40, temperature=1.0,
+                                      seed=seed), want)
+        return graphed._graphed.cache.keys[0]
+    first = check(GRAPH_PROMPTS, 0)
+    assert check([p[::-1] + [5] for p in GRAPH_PROMPTS], 1) is first
+    assert graphed._graphed.shape == (12, 64, 40)
+    assert check([[3] * 70] + GRAPH_PROMPTS[1:], 2) is not first
+    assert graphed._graphed.shape == (12, 128, 40)
+    check(GRAPH_PROMPTS[:5], 3)
+    assert graphed._graphed.shape == (5, 128, 40)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    graphed.load_weights(WeightUpdate(version=1, state=state))
+    with torch.no_grad():  # eos_prone_sampler raises the copy's eos logit again
+        graphed.model.lm_head.weight[tok.eos_token_id] += 0.05 * graphed.model.lm_head.weight.norm(
+            dim=1).mean()
+    check(GRAPH_PROMPTS[:5], 4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=300))
+def test_kept_rows_are_the_live_ones_padded_to_a_halving(alive):
+    """Every unfinished row is kept; the count is the smallest ceil(n / 2^k) that holds
+    them, so a run's compactions meet at most log2(n) + 1 row counts."""
+    from llm_experiments.samplers.graphs import kept_rows
+    mask = torch.tensor(alive)
+    n, live = len(alive), sum(alive)
+    kept = kept_rows(mask, n)
+    halvings = [n]
+    while halvings[-1] > 1:
+        halvings.append(-(-halvings[-1] // 2))
+    fits = [h for h in halvings if h >= live]
+    assert len(kept) == min(fits) and kept.tolist() == sorted(set(kept.tolist()))
+    assert set(mask.nonzero().squeeze(-1).tolist()) <= set(kept.tolist())
+
+
+def test_decode_graphs_come_from_the_config():
+    """sampler.decode_graphs reaches the HF sampler; a bad value names the key."""
+    from llm_experiments.config import load_config
+    from llm_experiments.samplers import make_sampler
+    model, tok = tiny_policy(32, 2, 64)
+    for value, want in (("on", "on"), ("off", "off"), ("auto", "auto")):
+        assert make_sampler(load_config("cpu_tiny", [f"sampler.decode_graphs={value}"]), model,
+                            tok).graphs == want
+    with pytest.raises(ValueError, match="sampler.decode_graphs"):
+        load_config("cpu_tiny", ["sampler.decode_graphs=sometimes"])
+    with pytest.raises(ValueError, match="graphs"):
+        hf.HFSampler(model, 0, 0, graphs="always")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_graphs_sample_what_eager_steps_sample():
+    """On a GPU the captured steps sample the eager static-shape steps' tokens, and a second
+    call replays the graphs of the first (none captured anew)."""
+    model, tok = tiny_policy(32, 2, 64)
+    model = model.cuda()
+    eager = eos_prone_sampler(model, tok, graphs="off", cdf="float64")
+    graphed = eos_prone_sampler(model, tok, graphs="on", cdf="float64", compact_below=0.5)
+    for seed in (0, 1):
+        same_samples(graphed.generate(GRAPH_PROMPTS, max_new_tokens=150, temperature=1.0,
+                                      seed=seed),
+                     eager.generate(GRAPH_PROMPTS, max_new_tokens=150, temperature=1.0,
+                                    seed=seed))
+        if seed == 0:
+            captured = set(graphed._graphed.graphs)
+    assert captured and set(graphed._graphed.graphs) >= captured

@@ -99,6 +99,43 @@ def test_micro_batch_from_the_budget():
     assert predicted <= 0.004 * 2 ** 30 and measured <= 1.25 * 0.004 * 2 ** 30
 
 
+def test_the_cuda_budget_leaves_out_what_other_tensors_hold(monkeypatch):
+    """On a CUDA device the default budget is 85% of its memory less the bytes held by
+    tensors the prediction does not count (a persistent decode cache, the sampler's copy),
+    so a 0.6B-shape, 256 x 1,280-token update gets a smaller micro-batch beside a 32 GB
+    cache; memory_gb > 0 and the CPU budget ignore them."""
+    from types import SimpleNamespace
+
+    from llm_experiments.rl.memory import CPU_BUDGET_BYTES, budget_bytes
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: SimpleNamespace(total_memory=141 * 10 ** 9))
+    free = budget_bytes(0, "cuda")
+    assert free == int(0.85 * 141e9) and budget_bytes(0, "cuda", held=32 * 10 ** 9) == \
+        free - 32 * 10 ** 9
+    assert budget_bytes(2, "cuda", held=10 ** 9) == 2 * 2 ** 30
+    assert budget_bytes(0, "cpu", held=10 ** 9) == CPU_BUDGET_BYTES
+    shape = ModelShape(params=600_000_000, hidden=1024, layers=28, q_dim=2048, kv_dim=1024,
+                       intermediate=3072, vocab=151_936)
+    chunk = logit_chunk(shape.vocab)
+    alone, beside = (choose_micro_batch(shape, 256, 1280, b, compute_bytes=2, chunk=chunk)
+                     for b in (free, budget_bytes(0, "cuda", held=32 * 10 ** 9)))
+    assert beside < alone
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_held_by_others_counts_what_the_trainer_does_not_own():
+    """A tensor allocated beside the trainer's model and optimizer is counted; the model's
+    parameters, gradients and Adam state are not."""
+    from llm_experiments.rl.memory import held_by_others
+    model = torch.nn.Linear(256, 256).cuda()
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 256, device="cuda")).sum().backward()
+    opt.step()
+    before = held_by_others(model, opt, "cuda")
+    other = torch.empty(2 ** 26, dtype=torch.uint8, device="cuda")
+    assert held_by_others(model, opt, "cuda") - before == other.numel()
+
+
 def test_memory_fields_are_checked():
     with pytest.raises(ValueError, match="trainer.memory_gb"):
         load_config("cpu_tiny", ["trainer.memory_gb=-1"])

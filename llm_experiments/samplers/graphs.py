@@ -1,0 +1,169 @@
+"""Decode steps of static shape, captured once as CUDA graphs and replayed (issue 28, item 3).
+
+A decode step of a small model on a GPU is launch-bound: some 15 kernels per layer, each a
+few microseconds of work, and the host issues them one by one (~24 ms a token at 24 layers on
+an H200, about 3% of what its memory bandwidth allows). A CUDA graph issues a whole step in
+one launch, but it replays fixed kernels on fixed memory, so the step must not change shape
+or address from token to token or from call to call:
+
+* the key/value cache (``direct.DecodeCache``) is allocated once for n rows and
+  width + max_new columns and kept across ``generate`` calls (the sampler's weights are
+  updated in place, so graphs stay valid across weight versions); prompts are left-padded
+  to the cache's width, which only grows (to the next multiple of ``WIDTH_BLOCK``);
+* a step writes its keys/values at a column held in a device tensor and attends to the
+  first ``span`` columns, ``span`` the step's column rounded up to ``SPAN_BLOCK``, with
+  columns not yet written masked out: one graph per (rows, span), not per token;
+* compaction moves the kept rows to the front of the same buffers and keeps
+  ceil(rows / 2^k) of them (padded with finished rows, whose outputs the sampler ignores),
+  so at most log2(n) row counts occur.
+
+A step is idempotent (it recomputes and rewrites the same column), so a graph is captured at
+the step that first needs it, after one warm-up run on a side stream, and then replayed. On a
+CPU nothing is captured: the same static-shape step runs eagerly (what the tests check
+against ``direct.StaticDecoder``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..policy.direct import DecodeCache, StaticDecoder, attention, run_layers
+
+# Prompt widths are rounded up to a multiple of this (tokens), so that calls whose longest
+# prompt differs a little share one cache and its graphs.
+WIDTH_BLOCK = 64
+# Attended columns are rounded up to a multiple of this: graphs per call ~ columns / 128,
+# at most 127 masked columns of extra attention per step.
+SPAN_BLOCK = 128
+
+
+def _round_up(x: int, block: int) -> int:
+    return -(-x // block) * block
+
+
+def kept_rows(alive: torch.Tensor, rows: int) -> torch.Tensor:
+    """Indices (sorted) of the rows to keep when ``alive`` (rows,) bool marks the unfinished
+    ones: all of them, padded with finished rows to the smallest ceil(rows / 2^k) (k >= 0)
+    that holds them, so that successive compactions give at most log2(rows) + 1 counts."""
+    live = int(alive.sum())
+    target = rows
+    while target > 1 and -(-target // 2) >= live:
+        target = -(-target // 2)
+    order = torch.argsort((~alive).to(torch.int8), stable=True)  # alive rows first
+    return order[:target].sort().values
+
+
+class GraphedDecoder:
+    """``direct.StaticDecoder``'s interface (``prefill``, ``next_positions``, ``step``,
+    ``keep``) with static-shape decode steps, captured as CUDA graphs when ``capture``.
+
+    Kept by the sampler across calls: ``start`` readies it for a batch of prompts and reuses
+    the cache and graphs when the rows and new-token count match and the prompts fit the
+    width. The model's weights must be updated in place (``HFSampler.load_weights`` does).
+    """
+
+    def __init__(self, model, capture: bool):
+        self.model, self.capture = model, bool(capture)
+        self.shape = None  # (rows, width, max_new) of the cache
+        self.graphs: dict = {}
+
+    def start(self, prompts, max_new: int, pad_id: int, device) -> "GraphedDecoder":
+        """Ready a call on ``prompts`` (n token-id lists) with ``max_new`` >= 1 new tokens;
+        returns self."""
+        n, w = len(prompts), max(len(p) for p in prompts)
+        if self.shape is None or self.shape[0] != n or self.shape[2] != max_new or \
+                self.shape[1] < w:
+            # The width never shrinks: a call that follows a longer prompt reuses the cache.
+            width = max(_round_up(w, WIDTH_BLOCK), self.shape[1] if self.shape else 0)
+            self._allocate(n, width, max_new, device)
+        width = self.shape[1]
+        self.rows = n
+        self.prompts = StaticDecoder(self.model, prompts, max_new, pad_id, device, width=width,
+                                     cache=self.cache)
+        return self
+
+    def _allocate(self, n: int, width: int, max_new: int, device) -> None:
+        self.graphs.clear()  # they point into the cache being replaced
+        self.cache = None
+        self.cache = DecodeCache.allocate(self.model, n, width + max_new, device,
+                                          fill=torch.zeros)
+        self.shape = (n, width, max_new)
+        self.columns = torch.arange(width + max_new, device=device)
+        self.tok = torch.zeros((n, 1), dtype=torch.long, device=device)
+        self.pos = torch.zeros((n, 1), dtype=torch.long, device=device)
+        self.col = torch.zeros((1,), dtype=torch.long, device=device)
+        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+
+    def prefill(self):
+        """Next-token logits (n, V) after each row's prompt (eager: once per call)."""
+        return self.prompts.prefill()
+
+    def next_positions(self) -> torch.Tensor:
+        """Position (n, 1) of the first new token of each row."""
+        return self.prompts.next_positions()
+
+    def _static_step(self, rows: int, span: int) -> torch.Tensor:
+        """Logits (rows, V) after the tokens in ``self.tok[:rows]`` at ``self.pos[:rows]``,
+        written at column ``self.col``, attending to the first ``span`` columns."""
+        c = self.cache
+        mask = (c.valid[:rows, :span] & (self.columns[:span] <= self.col))[:, None, None]
+
+        def attend(i, q, k, v):
+            keys, values = c.keys[i][:rows], c.values[i][:rows]
+            keys.index_copy_(2, self.col, k)
+            values.index_copy_(2, self.col, v)
+            return attention(self.model, q, keys[:, :, :span], values[:, :, :span], mask)
+        embed = self.model.model.embed_tokens
+        hidden = run_layers(self.model, embed(self.tok[:rows]), self.pos[:rows], attend)
+        return self.model.lm_head(hidden[:, -1])
+
+    def _replay(self, rows: int, span: int):
+        """The step for (rows, span): a graph's replay and its output tensor, captured on
+        first use; or, without capture, the eager step."""
+        key = (rows, span)
+        if key not in self.graphs:
+            if not self.capture:
+                return lambda: self._static_step(rows, span)
+            device = self.columns.device
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):  # warm-up: lazy initialisation never in a capture
+                self._static_step(rows, span)
+            torch.cuda.current_stream(device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: another thread of the process (a Ray actor's) may use CUDA
+            # while this one captures.
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                out = self._static_step(rows, span)
+            self.graphs[key] = (graph, out)
+        graph, out = self.graphs[key]
+
+        def run():
+            graph.replay()
+            return out
+        return run
+
+    def step(self, tok, pos, t: int):
+        """Next-token logits (rows, V) after new token number ``t`` (from 0), ``tok``
+        (rows, 1) at positions ``pos`` (rows, 1). With capture, the returned tensor is the
+        graph's output, overwritten by the next step."""
+        rows, column = tok.shape[0], self.shape[1] + t
+        self.tok[:rows].copy_(tok)
+        self.pos[:rows].copy_(pos)
+        self.col.fill_(column)
+        return self._replay(rows, min(_round_up(column + 1, SPAN_BLOCK),
+                                      self.columns.numel()))()
+
+    def keep(self, rows: torch.Tensor) -> torch.Tensor:
+        """Keep ``rows`` (indices into the current rows) and as many finished rows as
+        ``kept_rows`` pads them with, moved to the front of the cache's buffers; returns the
+        indices kept."""
+        alive = torch.zeros(self.rows, dtype=torch.bool, device=rows.device)
+        alive[rows] = True
+        kept = kept_rows(alive, self.rows)
+        m, c = len(kept), self.cache
+        if m < self.rows:
+            for buffer in c.keys + c.values + [c.valid]:
+                buffer[:m] = buffer.index_select(0, kept)
+            self.rows = m
+        return kept
