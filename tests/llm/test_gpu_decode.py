@@ -348,3 +348,46 @@ def test_cuda_graphs_sample_what_eager_steps_sample():
         if seed == 0:
             captured = set(graphed._graphed.graphs)
     assert captured and set(graphed._graphed.graphs) >= captured
+
+
+def test_a_static_step_runs_the_same_kernels_on_the_same_shapes_without_host_syncs():
+    """What a CUDA graph needs, checked on CPU: two steps in one span dispatch the same ops
+    on the same shapes (the column moves in a tensor, not in a shape), and none reads a
+    value back to the host or has a data-dependent shape."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from llm_experiments.samplers.graphs import GraphedDecoder
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+            self.calls.append((str(func), shapes))
+            return func(*args, **(kwargs or {}))
+
+    def trace(decoder):
+        with torch.no_grad():
+            logits = decoder.prefill()
+            pos = decoder.next_positions()
+            traces = []
+            for t in (0, 1, 2):
+                with Record() as rec:
+                    logits = decoder.step(logits.argmax(-1, keepdim=True), pos + t, t)
+                traces.append(rec.calls)
+        return traces
+
+    model, tok = tiny_policy(32, 2, 64)
+    cpu = torch.device("cpu")
+    traces = trace(GraphedDecoder(model, capture=False).start(GRAPH_PROMPTS, 40,
+                                                              tok.pad_token_id, cpu))
+    assert traces[0] == traces[1] == traces[2] and len(traces[1]) > 20
+    # The growing-slice decoder fails the check: its attention widens every step.
+    sliced = trace(hf.StaticDecoder(model, GRAPH_PROMPTS, 40, tok.pad_token_id, cpu))
+    assert sliced[1] != sliced[2]
+    ops = {name for name, _ in traces[1]}
+    syncing = {"aten._local_scalar_dense.default", "aten.nonzero.default",
+               "aten.masked_select.default", "aten.item.default"}
+    assert not ops & syncing, ops & syncing
