@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from llm_experiments.study.sweep import SweepCounts, expand, load_spec, run_id, run_sweep
+from sweep_processes import kill_processes_naming, kill_recorded, runs_under_way, survivors
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_run.py"))]
 
@@ -64,46 +65,6 @@ def test_failures_are_recorded_and_retried(tmp_path):
     assert run_sweep(spec, str(out), env={"FAKE_SLEEP": "0"}, progress=False).failed == 1
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie waiting for its parent counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: ask the kernel (a zombie then counts as alive)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
-def _kill_processes_naming(path: Path) -> None:
-    """SIGKILL every process whose command line names ``path`` (the runs of a test's sweep,
-    in sessions of their own), until none is left."""
-    deadline = time.time() + 5
-    while time.time() < deadline:
-        pids = []
-        for entry in Path("/proc").iterdir():
-            try:
-                if entry.name.isdigit() and str(path).encode() in \
-                        (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:  # gone meanwhile
-                pass
-        pids = [pid for pid in pids if pid != os.getpid() and _alive(pid)]
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-    raise AssertionError(f"processes naming {path} survive SIGKILL")
-
-
 def test_kill_mid_sweep_then_resume_loses_and_redoes_nothing(tmp_path):
     spec_path = write_spec(tmp_path)
     out = tmp_path / "sweep"
@@ -124,7 +85,7 @@ def test_kill_mid_sweep_then_resume_loses_and_redoes_nothing(tmp_path):
             break
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
-    _kill_processes_naming(out)  # a crash takes the runs too (each in a session of its own)
+    kill_processes_naming(out)  # a crash takes the runs too (each in a session of its own)
     proc.wait()
     finished_before = {p.parent.name for p in runs_dir.glob("*/summary.json")}
     assert finished_before and len(finished_before) < 6
@@ -253,30 +214,6 @@ def test_compacted_curves_gzip_reproducibly_and_every_reader_takes_them(tmp_path
     assert sorted(r.settings["seed"] for r in load_runs(str(packed))) == [0, 0, 1, 1]
 
 
-def _survivors(pid_dir: Path, within: float = 2.0) -> list[int]:
-    """The recorded run processes still alive after ``within`` seconds (an orphaned helper is
-    reaped by init a moment after its group is killed)."""
-    deadline = time.time() + within
-    while True:
-        alive = [int(p.name) for p in pid_dir.iterdir() if _alive(int(p.name))]
-        if not alive or time.time() > deadline:
-            return alive
-        time.sleep(0.05)
-
-
-def _runs_under_way(runs_dir: Path, finished: int, deadline: float) -> None:
-    """Wait until ``finished`` runs are done and another has started (its config written,
-    after its pids)."""
-    while time.time() < deadline:
-        done = list(runs_dir.glob("*/summary.json")) if runs_dir.exists() else []
-        started = [p for p in runs_dir.glob("*/config.yaml")
-                   if not (p.parent / "summary.json").exists()] if runs_dir.exists() else []
-        if len(done) >= finished and started:
-            return
-        time.sleep(0.02)
-    raise AssertionError("the sweep's runs did not get under way")
-
-
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_stops_the_sweep_and_its_runs_and_a_rerun_finishes(tmp_path, signum, status):
     """SIGTERM / SIGINT to a sweep: it stops every run it started (and the runs' own
@@ -286,8 +223,10 @@ def test_a_signal_stops_the_sweep_and_its_runs_and_a_rerun_finishes(tmp_path, si
                                             {"buffer.horizon": 4, "slow": 1}])
     out, pid_dir = tmp_path / "sweep", tmp_path / "pids"
     pid_dir.mkdir()
+    # SIGINT as in a terminal's foreground (a runner in the background may pass it ignored)
     cmd = [sys.executable, "-c",
-           "import sys; from llm_experiments.study.sweep import main; sys.exit(main(sys.argv[1:]))",
+           "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+           "from llm_experiments.study.sweep import main; sys.exit(main(sys.argv[1:]))",
            "--spec", str(spec_path), "--out", str(out), "--workers", "2"]
     # the slow runs would take minutes: the sweep must stop them, not wait for them
     env = {**os.environ, "FAKE_SLEEP": "0.1", "FAKE_SLOW_SLEEP": "30", "FAKE_STEPS": "4",
@@ -295,18 +234,17 @@ def test_a_signal_stops_the_sweep_and_its_runs_and_a_rerun_finishes(tmp_path, si
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
-        _runs_under_way(out / "runs", finished=1, deadline=time.time() + 60)
+        runs_under_way(out / "runs", finished=1, deadline=time.time() + 60)
         signalled = time.time()
         proc.send_signal(signum)
         assert proc.wait(timeout=8) == status, proc.stderr.read()
         assert time.time() - signalled < 5
-        assert _survivors(pid_dir) == []
-    finally:  # the old sweep left its runs in its own process group
-        for pid in [proc.pid] + [int(p.name) for p in pid_dir.iterdir()]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        assert survivors(pid_dir) == []
+    finally:  # nothing left behind if the sweep failed to stop its runs
+        if proc.poll() is None:
+            proc.kill()
+        kill_recorded(pid_dir)
+        kill_processes_naming(out)
         proc.wait()
     assert "rerun" in proc.stderr.read()
     finished = {p.parent.name for p in (out / "runs").glob("*/summary.json")}
@@ -334,20 +272,23 @@ def test_a_run_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     pid_dir.mkdir()
 
     def signal_when_under_way():
-        _runs_under_way(out / "runs", finished=0, deadline=time.time() + 30)
+        runs_under_way(out / "runs", finished=0, deadline=time.time() + 30)
         times.append(time.time())
         os.kill(os.getpid(), signal.SIGTERM)
 
     times, handler = [], signal.getsignal(signal.SIGTERM)
     signaller = threading.Thread(target=signal_when_under_way, daemon=True)
     signaller.start()
-    with pytest.raises(SweepInterrupted) as stopped:
-        run_sweep(spec, str(out), workers=2, progress=False, stop_grace=0.5,
-                  env={"FAKE_SLEEP": "0.2", "FAKE_STEPS": "50", "FAKE_HELPER": "1",
-                       "FAKE_IGNORE_TERM": "1", "FAKE_PID_DIR": str(pid_dir)})
-    took = time.time() - times[0]
-    assert stopped.value.code == 143 and stopped.value.signum == signal.SIGTERM
-    assert 0.5 <= took < 3
-    assert _survivors(pid_dir) == []
+    try:
+        with pytest.raises(SweepInterrupted) as stopped:
+            run_sweep(spec, str(out), workers=2, progress=False, stop_grace=0.5,
+                      env={"FAKE_SLEEP": "0.2", "FAKE_STEPS": "50", "FAKE_HELPER": "1",
+                           "FAKE_IGNORE_TERM": "1", "FAKE_PID_DIR": str(pid_dir)})
+        took = time.time() - times[0]
+        assert stopped.value.code == 143 and stopped.value.signum == signal.SIGTERM
+        assert 0.5 <= took < 3
+        assert survivors(pid_dir) == []
+    finally:
+        kill_recorded(pid_dir)
     assert signal.getsignal(signal.SIGTERM) == handler  # put back
     assert not list((out / "runs").glob("*/summary.json"))

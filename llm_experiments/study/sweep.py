@@ -25,13 +25,14 @@ on a machine that is gone continues on another (compact with ``results --keep CU
 
 SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops the sweep and its runs: each run started (in a
 session of its own, so a terminal's Ctrl-C reaches the sweep only) gets SIGTERM with its
-subprocesses, and SIGKILL if still alive 10 s later; further signals meanwhile are ignored. The
-results table is rewritten from the finished runs, the stopped runs are neither finished nor
-failed (their folders hold no summary and continue with ``--resume`` on the next call), and
-the sweep exits with status 128 + the signal number (143 for SIGTERM, 130 for SIGINT). With
-``--engine ray`` the sweep cancels its Ray tasks, and each task stops its run the same way.
-SIGKILL cannot be caught: after ``kill -9`` of the sweep (or of its process group) its runs
-keep running to their end; stop them before rerunning the sweep.
+subprocesses, and SIGKILL if still alive 10 s later; further signals meanwhile are ignored, and
+so is a signal the sweep was started ignoring (``nohup`` keeps SIGHUP away). The results table
+is rewritten from the finished runs, the stopped runs are neither finished nor failed (their
+folders hold no summary and continue with ``--resume`` on the next call), and the sweep exits
+with status 128 + the signal number (143 for SIGTERM, 130 for SIGINT). With ``--engine ray``
+the sweep cancels its Ray tasks, and each task stops its run the same way. SIGKILL cannot be
+caught: after ``kill -9`` of the sweep (or of its process group) its runs keep running to
+their end; stop them before rerunning the sweep.
 """
 
 from __future__ import annotations
@@ -258,11 +259,15 @@ class _StopSignals:
             self.signum = signum
 
     def arm(self) -> None:
-        """Install the handlers (again after ``ray.init``, which sets its own for SIGTERM);
-        nothing outside the main thread, where Python cannot set handlers."""
-        if threading.current_thread() is threading.main_thread():
-            for signum in STOP_SIGNALS:
-                self.previous.setdefault(signum, signal.signal(signum, self._record))
+        """Install the handlers (again after ``ray.init``, which sets its own for SIGTERM),
+        except for a signal the process was started ignoring (``nohup``, a shell's
+        background job); nothing outside the main thread, where Python cannot set handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in STOP_SIGNALS:
+            self.previous.setdefault(signum, signal.getsignal(signum))
+            if self.previous[signum] != signal.SIG_IGN:
+                signal.signal(signum, self._record)
 
     def disarm(self) -> None:
         """Put back the handlers found by the first ``arm``."""
