@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import yaml
 
 from llm_experiments.study.sweep import SweepCounts, expand, load_spec, run_id, run_sweep
+from sweep_processes import kill_processes_naming, kill_recorded, runs_under_way, survivors
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_run.py"))]
 
@@ -83,6 +85,7 @@ def test_kill_mid_sweep_then_resume_loses_and_redoes_nothing(tmp_path):
             break
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
+    kill_processes_naming(out)  # a crash takes the runs too (each in a session of its own)
     proc.wait()
     finished_before = {p.parent.name for p in runs_dir.glob("*/summary.json")}
     assert finished_before and len(finished_before) < 6
@@ -209,3 +212,83 @@ def test_compacted_curves_gzip_reproducibly_and_every_reader_takes_them(tmp_path
         _finish_like_the_harness(run_dir, 1)
     assert compact_sweep(str(new), str(packed), keep=[str(packed)]) == 4
     assert sorted(r.settings["seed"] for r in load_runs(str(packed))) == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_the_sweep_and_its_runs_and_a_rerun_finishes(tmp_path, signum, status):
+    """SIGTERM / SIGINT to a sweep: it stops every run it started (and the runs' own
+    subprocesses), rewrites the results of the runs that finished, exits 128 + signal; the
+    next call resumes the interrupted runs and finishes the rest."""
+    spec_path = write_spec(tmp_path, cells=[{"buffer.horizon": 1},
+                                            {"buffer.horizon": 4, "slow": 1}])
+    out, pid_dir = tmp_path / "sweep", tmp_path / "pids"
+    pid_dir.mkdir()
+    # SIGINT as in a terminal's foreground (a runner in the background may pass it ignored)
+    cmd = [sys.executable, "-c",
+           "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+           "from llm_experiments.study.sweep import main; sys.exit(main(sys.argv[1:]))",
+           "--spec", str(spec_path), "--out", str(out), "--workers", "2"]
+    # the slow runs would take minutes: the sweep must stop them, not wait for them
+    env = {**os.environ, "FAKE_SLEEP": "0.1", "FAKE_SLOW_SLEEP": "30", "FAKE_STEPS": "4",
+           "FAKE_HELPER": "1", "FAKE_PID_DIR": str(pid_dir)}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        runs_under_way(out / "runs", finished=1, deadline=time.time() + 60)
+        signalled = time.time()
+        proc.send_signal(signum)
+        assert proc.wait(timeout=8) == status, proc.stderr.read()
+        assert time.time() - signalled < 5
+        assert survivors(pid_dir) == []
+    finally:  # nothing left behind if the sweep failed to stop its runs
+        if proc.poll() is None:
+            proc.kill()
+        kill_recorded(pid_dir)
+        kill_processes_naming(out)
+        proc.wait()
+    assert "rerun" in proc.stderr.read()
+    finished = {p.parent.name for p in (out / "runs").glob("*/summary.json")}
+    assert 1 <= len(finished) < 6
+    assert {json.loads(line)["run_id"] for line in open(out / "results.jsonl")} == finished
+    assert (out / "failures.jsonl").read_text() == ""  # interrupted is not failed
+    counts = run_sweep(load_spec(spec_path), str(out), env={"FAKE_SLEEP": "0"}, progress=False)
+    assert counts == SweepCounts(total=6, skipped=len(finished), compacted=0,
+                                 finished=6 - len(finished), failed=0)
+    for run_dir in (out / "runs").iterdir():
+        steps = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
+        assert steps == [1, 2, 3, 4]
+        invocations = (run_dir / "invocations.txt").read_text().split()
+        assert invocations[0] == "fresh" and set(invocations[1:]) <= {"resume"}
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6
+
+
+def test_a_run_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    """In process: a run (and its helper) ignoring SIGTERM gets SIGKILL ``stop_grace``
+    seconds after the sweep was signalled; ``run_sweep`` raises ``SweepInterrupted``."""
+    from llm_experiments.study.sweep import SweepInterrupted
+
+    spec = load_spec(write_spec(tmp_path))
+    out, pid_dir = tmp_path / "sweep", tmp_path / "pids"
+    pid_dir.mkdir()
+
+    def signal_when_under_way():
+        runs_under_way(out / "runs", finished=0, deadline=time.time() + 30)
+        times.append(time.time())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    times, handler = [], signal.getsignal(signal.SIGTERM)
+    signaller = threading.Thread(target=signal_when_under_way, daemon=True)
+    signaller.start()
+    try:
+        with pytest.raises(SweepInterrupted) as stopped:
+            run_sweep(spec, str(out), workers=2, progress=False, stop_grace=0.5,
+                      env={"FAKE_SLEEP": "0.2", "FAKE_STEPS": "50", "FAKE_HELPER": "1",
+                           "FAKE_IGNORE_TERM": "1", "FAKE_PID_DIR": str(pid_dir)})
+        took = time.time() - times[0]
+        assert stopped.value.code == 143 and stopped.value.signum == signal.SIGTERM
+        assert 0.5 <= took < 3
+        assert survivors(pid_dir) == []
+    finally:
+        kill_recorded(pid_dir)
+    assert signal.getsignal(signal.SIGTERM) == handler  # put back
+    assert not list((out / "runs").glob("*/summary.json"))

@@ -22,6 +22,17 @@ run the results table ``OUT/results.jsonl`` (and ``results.csv``) is rewritten a
 the finished runs; failures go to ``OUT/failures.jsonl`` and are retried on the next call.
 ``--done-in CURVES`` also skips the runs of committed compacted curves, so that a sweep begun
 on a machine that is gone continues on another (compact with ``results --keep CURVES``).
+
+SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops the sweep and its runs: each run started (in a
+session of its own, so a terminal's Ctrl-C reaches the sweep only) gets SIGTERM with its
+subprocesses, and SIGKILL if still alive 10 s later; further signals meanwhile are ignored, and
+so is a signal the sweep was started ignoring (``nohup`` keeps SIGHUP away). The results table
+is rewritten from the finished runs, the stopped runs are neither finished nor failed (their
+folders hold no summary and continue with ``--resume`` on the next call), and the sweep exits
+with status 128 + the signal number (143 for SIGTERM, 130 for SIGINT). With ``--engine ray``
+the sweep cancels its Ray tasks, and each task stops its run the same way. SIGKILL cannot be
+caught: after ``kill -9`` of the sweep (or of its process group) its runs keep running to
+their end; stop them before rerunning the sweep.
 """
 
 from __future__ import annotations
@@ -33,10 +44,12 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +65,11 @@ from .results import CURVES, cell_of, same_warm_start, warm_start_of
 DEFAULT_COMMAND = [sys.executable, "-m", "llm_experiments", "run"]
 # Where the runs of a sweep execute (``--engine``): local subprocesses or Ray tasks.
 SWEEP_ENGINES = ("local", "ray")
+# The signals that stop a sweep and its runs (SIGHUP: the terminal closed, which no longer
+# reaches the runs in their own sessions).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Seconds between the sweep's looks for a stop signal.
+_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -217,19 +235,172 @@ def write_results(out_dir: Path, rows: list[dict]) -> None:
     atomic_write(str(out_dir / "results.csv"), lambda fh: fh.write(buf.getvalue()))
 
 
-def _ray_call(cmd: list[str], log_path: str, env: dict) -> int:
-    """A sweep run as a Ray task: the run's command in a subprocess, output to its log."""
+class SweepInterrupted(SystemExit):
+    """A sweep stopped by a signal after stopping its runs and rewriting its results table;
+    ``code`` = 128 + ``signum`` (a caller that does not catch it exits with that status)."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+class _StopSignals:
+    """The first of ``STOP_SIGNALS`` a sweep receives while armed (``signum``, None before).
+    The handler only records it: the sweep's loops poll ``signum`` every ``_POLL_S`` seconds
+    (an exception raised from a handler inside ``ray.wait`` would be swallowed by Ray), and
+    later signals cannot cut short the stopping of the runs."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.previous: dict = {}
+
+    def _record(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def arm(self) -> None:
+        """Install the handlers (again after ``ray.init``, which sets its own for SIGTERM),
+        except for a signal the process was started ignoring (``nohup``, a shell's
+        background job); nothing outside the main thread, where Python cannot set handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in STOP_SIGNALS:
+            self.previous.setdefault(signum, signal.getsignal(signum))
+            if self.previous[signum] != signal.SIG_IGN:
+                signal.signal(signum, self._record)
+
+    def disarm(self) -> None:
+        """Put back the handlers found by the first ``arm``."""
+        for signum, old in self.previous.items():
+            signal.signal(signum, signal.SIG_DFL if old is None else old)
+        self.previous.clear()
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    """``signum`` to the process group that ``proc`` leads (started with
+    ``start_new_session``), if any process of it is left."""
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def stop_runs(procs, grace: float) -> None:
+    """Stop run processes started in sessions of their own: SIGTERM to each one's process
+    group, SIGKILL to a run still alive ``grace`` seconds (> 0) later, then SIGKILL to what
+    is left of each group (subprocesses that ignored SIGTERM). Returns once every run has
+    exited; a run killed this way resumes from its last checkpoint (the harness writes
+    checkpoints, metrics and the summary so that a kill at any moment loses no finished step)."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+    for proc in procs:
+        _signal_group(proc, signal.SIGKILL)
+
+
+def _start_run(cmd: list[str], log, env: dict) -> subprocess.Popen:
+    """A run's process, output to ``log``, in a session of its own: a terminal's Ctrl-C
+    reaches only the sweep, and the sweep can signal the run with its subprocesses."""
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+
+
+class _Children:
+    """The run processes a local sweep has started and not yet seen exit; once ``stop`` is
+    called no further run starts."""
+
+    def __init__(self):
+        self.running: set = set()
+        self.stopping = False
+        self.lock = threading.Lock()
+
+    def call(self, cmd: list[str], log, env: dict) -> int | None:
+        """Run ``cmd`` to its end; its return code, or None if the sweep is stopping."""
+        with self.lock:  # so that stop() sees every run started
+            if self.stopping:
+                return None
+            proc = _start_run(cmd, log, env)
+            self.running.add(proc)
+        try:
+            return proc.wait()
+        finally:
+            with self.lock:
+                self.running.discard(proc)
+
+    def stop(self, grace: float) -> None:
+        """Start no further run and stop the running ones (``stop_runs``)."""
+        with self.lock:
+            self.stopping = True
+            procs = list(self.running)
+        stop_runs(procs, grace)
+
+
+def _on_local(todo: list[RunSpec], prepare, books: "_Books", workers: int, env: dict,
+              signals: _StopSignals, grace: float) -> None:
+    """Run ``todo`` as subprocesses, ``workers`` at a time, each booked by ``books`` as it
+    ends. Once ``signals`` holds a signal no further run starts and the running ones are
+    stopped (``stop_runs``) and booked neither finished nor failed. An error in a booking
+    cancels the runs not started and goes on once the running ones ended."""
+    children = _Children()
+
+    def one(run: RunSpec):
+        if books.stop:
+            return
+        cmd, log_path = prepare(run)
+        with open(log_path, "a") as log:
+            rc = children.call(cmd, log, env)
+        if rc is not None and not (children.stopping and rc != 0):
+            books.finish(run, cmd, log_path, rc)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(one, run) for run in todo]
+        pending = set(futures)
+        while pending and signals.signum is None:
+            done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
+            if any(f.exception() is not None for f in done):
+                break
+        for future in futures:
+            future.cancel()  # the runs not started
+        if signals.signum is not None:
+            children.stop(grace)
+    for future in futures:
+        if not future.cancelled():
+            future.result()
+
+
+def _ray_call(cmd: list[str], log_path: str, env: dict, grace: float) -> int:
+    """A sweep run as a Ray task: the run's command in a subprocess, output to its log.
+    ``ray.cancel`` (a KeyboardInterrupt here) stops the run (``stop_runs``)."""
     with open(log_path, "a") as log:
-        return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = _start_run(cmd, log, env)
+        try:
+            while True:
+                try:  # a timed wait polls, so that the cancel's interrupt is seen
+                    return proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    pass
+        except KeyboardInterrupt:
+            stop_runs([proc], grace)
+            raise
 
 
-def _on_ray(todo: list[RunSpec], prepare, finish, address: str | None, env: dict) -> None:
+def _on_ray(todo: list[RunSpec], prepare, finish, address: str | None, env: dict,
+            signals: _StopSignals, grace: float) -> None:
     """Run ``todo`` as Ray tasks (one CPU each) on the cluster at ``address`` (None: local);
     a run whose engine is Ray joins the same cluster. ``prepare(run)`` gives (command, log
-    path), ``finish(run, command, log path, return code)`` books it."""
+    path), ``finish(run, command, log path, return code)`` books it. Once ``signals`` holds a
+    signal the tasks not finished are cancelled (a running one stops its run, ``_ray_call``)
+    and waited for, at most ``grace`` + 5 seconds."""
     import ray
     from ..engines.ray_engine import connect
     ours = connect(address)
+    signals.arm()
     try:
         env = {**env, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
                **{k: os.environ[k] for k in ("RAY_AUTH_TOKEN",) if k in os.environ}}
@@ -237,17 +408,22 @@ def _on_ray(todo: list[RunSpec], prepare, finish, address: str | None, env: dict
         calls = {}
         for run in todo:
             cmd, log_path = prepare(run)
-            calls[task.remote(cmd, str(log_path), env)] = (run, cmd, log_path)
-        while calls:
-            done, _ = ray.wait(list(calls), num_returns=1)
-            run, cmd, log_path = calls.pop(done[0])
-            try:
-                rc = ray.get(done[0])
-            except ray.exceptions.RayError as exc:  # the task's worker or node died
-                with open(log_path, "a") as log:
-                    log.write(f"\nRay task failed: {exc}\n")
-                rc = -1
-            finish(run, cmd, log_path, rc)
+            calls[task.remote(cmd, str(log_path), env, grace)] = (run, cmd, log_path)
+        while calls and signals.signum is None:
+            done, _ = ray.wait(list(calls), num_returns=1, timeout=_POLL_S)
+            for ref in done:
+                run, cmd, log_path = calls.pop(ref)
+                try:
+                    rc = ray.get(ref)
+                except ray.exceptions.RayError as exc:  # the task's worker or node died
+                    with open(log_path, "a") as log:
+                        log.write(f"\nRay task failed: {exc}\n")
+                    rc = -1
+                finish(run, cmd, log_path, rc)
+        for ref in calls:
+            ray.cancel(ref)
+        if calls:
+            ray.wait(list(calls), num_returns=len(calls), timeout=grace + 5)
     finally:
         if ours:
             ray.shutdown()
@@ -310,7 +486,7 @@ class _Books:
 
 def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = None,
               progress: bool = True, engine: str = "local", address: str | None = None,
-              done_in: tuple[str, ...] = ()) -> SweepCounts:
+              done_in: tuple[str, ...] = (), stop_grace: float = 10.0) -> SweepCounts:
     """Run every unfinished run of ``spec`` into ``out_dir``; returns what it did.
 
     Args:
@@ -326,9 +502,14 @@ def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = 
             differs from the compacted runs of its cell (``results.same_warm_start``) is
             failed, its folder set aside as ``<id>.other-warm-start``, and (local engine) no
             further run starts.
+        stop_grace: seconds (> 0) a run gets to exit after SIGTERM when a signal stops the
+            sweep (``STOP_SIGNALS``, see the module docstring) before it gets SIGKILL.
     Returns:
         ``SweepCounts``: runs in the spec, skipped (not run now), compacted (skipped, found
         only in ``done_in``), finished and failed now.
+    Raises:
+        ``SweepInterrupted`` (a ``SystemExit``) after one of ``STOP_SIGNALS`` arrived in the
+        main thread, once the runs are stopped and the results table rewritten.
     """
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
@@ -336,6 +517,8 @@ def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = 
         raise ValueError(f"engine must be one of {list(SWEEP_ENGINES)}, got {engine!r}")
     if address is not None and engine != "ray":
         raise ValueError("address needs engine='ray'")
+    if not stop_grace > 0:
+        raise ValueError(f"stop_grace must be > 0 seconds, got {stop_grace!r}")
     compacted = compacted_runs(done_in)  # a bad file is refused before the folder is made
     out = Path(out_dir)
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -352,29 +535,25 @@ def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = 
         log_path.parent.mkdir(exist_ok=True)
         return _command(spec, run, run_dir), log_path
 
-    def one(run: RunSpec):
-        if books.stop:
-            return
-        cmd, log_path = prepare(run)
-        with open(log_path, "a") as log:
-            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env)
-        books.finish(run, cmd, log_path, rc)
-
     skipped = len(runs) - len(todo)
     books = _Books(out=out, runs=runs, compacted=compacted,
                    bar=tqdm(total=len(runs), initial=skipped, desc="sweep", unit="run",
                             disable=not progress))
+    signals = _StopSignals()
+    signals.arm()
     try:
         if engine == "ray":
-            _on_ray(todo, prepare, books.finish, address, run_env)
+            _on_ray(todo, prepare, books.finish, address, run_env, signals, stop_grace)
         else:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(one, todo))
+            _on_local(todo, prepare, books, workers, run_env, signals, stop_grace)
     finally:
         books.bar.close()
         write_results(out, collect(out, runs))
         atomic_write(str(out / "failures.jsonl"),
                      lambda fh: fh.writelines(json.dumps(f) + "\n" for f in books.failures))
+        signals.disarm()
+    if signals.signum is not None:
+        raise SweepInterrupted(signals.signum)
     return SweepCounts(total=len(runs), skipped=skipped,
                        compacted=len({r.run_id for r in runs} & compacted.keys() - in_folder),
                        finished=books.finished, failed=books.failed)
@@ -404,6 +583,11 @@ def main(argv=None) -> int:
                            address=args.address, done_in=tuple(args.done_in))
     except ValueError as exc:
         return p.report(exc)
+    except SweepInterrupted as exc:
+        print(f"sweep: stopped by {signal.Signals(exc.signum).name}: its runs were stopped; "
+              f"finished runs in {Path(args.out) / 'results.jsonl'}; rerun to continue",
+              file=sys.stderr)
+        return exc.code
     print(f"sweep: {counts.total} runs, {counts.skipped} already done "
           f"({counts.compacted} of them only in --done-in), "
           f"{counts.finished} finished now, {counts.failed} failed; results in "

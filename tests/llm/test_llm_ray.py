@@ -168,6 +168,52 @@ def test_sweep_on_ray_writes_the_usual_files(cluster, tmp_path):
     assert again.skipped == 1 and again.finished == 0
 
 
+def test_a_signal_cancels_a_ray_sweep_and_stops_its_runs(cluster, tmp_path):
+    """``sweep --engine ray`` signalled: its tasks are cancelled, each stops its run (here one
+    ignoring SIGTERM, so SIGKILL after ``stop_grace``) with the run's subprocess; a rerun
+    resumes and finishes every run."""
+    import json
+    import signal
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from sweep_processes import kill_recorded, runs_under_way, survivors
+    from llm_experiments.study.sweep import SweepCounts, SweepInterrupted, load_spec, run_sweep
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump({
+        "config": "cpu_tiny", "grid": {"seed": [0, 1, 2]},
+        "command": [sys.executable, str(Path(__file__).parent.parent / "fake_run.py")]}))
+    out, pid_dir = tmp_path / "sweep", tmp_path / "pids"
+    pid_dir.mkdir()
+    signalled = []
+
+    def signal_when_under_way():
+        runs_under_way(out / "runs", finished=0, deadline=time.time() + 60)
+        signalled.append(time.time())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=signal_when_under_way, daemon=True).start()
+    try:
+        with pytest.raises(SweepInterrupted) as stopped:
+            run_sweep(load_spec(str(spec_path)), str(out), engine="ray", progress=False,
+                      stop_grace=0.5, env={"FAKE_SLEEP": "0.2", "FAKE_STEPS": "50",
+                                           "FAKE_HELPER": "1", "FAKE_IGNORE_TERM": "1",
+                                           "FAKE_PID_DIR": str(pid_dir)})
+        assert stopped.value.code == 143 and time.time() - signalled[0] < 10
+        assert survivors(pid_dir) == []
+    finally:
+        kill_recorded(pid_dir)
+    assert not list((out / "runs").glob("*/summary.json"))
+    counts = run_sweep(load_spec(str(spec_path)), str(out), engine="ray", progress=False,
+                       env={"FAKE_SLEEP": "0", "FAKE_STEPS": "50"})
+    assert counts == SweepCounts(total=3, skipped=0, compacted=0, finished=3, failed=0)
+    for run_dir in (out / "runs").iterdir():
+        steps = [json.loads(line)["step"] for line in open(run_dir / "metrics.jsonl")]
+        assert steps == list(range(1, 51))
+
+
 def test_injected_delay_is_slept_counted_and_reproducible():
     """schedule.injected_gen_delay: each sampler call sleeps the drawn delay, reported as part
     of its generation time; 0 sleeps nothing; the lognormal draws are reproducible per
