@@ -92,6 +92,9 @@ class GraphedDecoder:
         self.tok = torch.zeros((n, 1), dtype=torch.long, device=device)
         self.pos = torch.zeros((n, 1), dtype=torch.long, device=device)
         self.col = torch.zeros((1,), dtype=torch.long, device=device)
+        # One memory pool for every graph of this cache: a graph's intermediates may share
+        # memory with another's output, which is safe because graphs never run concurrently
+        # and each output is read before the next replay (``step``'s contract).
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None
 
     def prefill(self):
