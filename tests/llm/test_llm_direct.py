@@ -169,3 +169,19 @@ def test_direct_forward_equals_the_models_own_forward(policy, family, dtype, ato
                                        atol=atol, rtol=0)
             torch.testing.assert_close(ent.float()[direct.mask], own[1][full.mask],
                                        atol=atol * 5, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama"])
+def test_static_shape_decoding_equals_the_generic_forward_per_family(policy, family):
+    """The static-shape decode step (``samplers.graphs``, what CUDA graphs replay) samples
+    the model's own generic forward's tokens, per supported family."""
+    _, tok = policy
+    model = _family(family, len(tok))
+    prompts = [tok.encode(t, add_special_tokens=False)
+               for t in ["12+34=", "1+2=", "12+34=", "99+9="] * 2]
+    gens = [HFSampler(model, tok.eos_token_id, tok.pad_token_id, direct=direct,
+                      graphs=graphs).generate(prompts, max_new_tokens=9, temperature=1.0,
+                                              seed=2)
+            for direct, graphs in ((True, "on"), (False, "off"))]
+    np.testing.assert_array_equal(gens[0].tokens, gens[1].tokens)
+    np.testing.assert_allclose(gens[0].logprobs, gens[1].logprobs, atol=2e-5)
