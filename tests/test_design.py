@@ -241,3 +241,24 @@ def test_finite_lr_design_stays_inside_a_measured_table_unless_extrapolated():
     free = finite_lr_design(2.0, 0.1, TabulatedNoise(staleness, sigma2, extrapolate="hold_last"),
                             **common)
     assert free.horizon > 4.0
+
+
+
+@settings(max_examples=10, deadline=None)
+@given(slope=st.floats(-0.003, 0.003), big_l=st.floats(0.5, 8.0), kappa=st.floats(1e-3, 0.05),
+       f0=st.floats(0.05, 0.3), mu=st.sampled_from([0.6, 2.0, 6.84]), rho=st.floats(0.0, 0.3))
+@example(slope=0.0, big_l=4.0, kappa=0.03, f0=0.2, mu=2.0, rho=0.1)
+def test_a_table_edge_that_does_not_bind_leaves_the_finite_lr_optimum_as_it_was(
+        slope, big_l, kappa, f0, mu, rho):
+    """The cap at a table's longest staleness (31b0b21) must only cut off x past it: with the
+    optimum well inside, capped ("none") and uncapped ("hold_last": the same sigma^2
+    everywhere, theory.md 4.6) searches agree exactly. Shrinking the search grid to the
+    cap instead moved heldout_*'s registered finite_eta x* (1 -> 1.064, 4.217 -> 3.910)."""
+    staleness = np.array([0.0, 1, 2, 4, 8, 16, 32, 64, 128, 255])  # measured up to x = 256
+    sigma2 = 1.0 + slope * staleness
+    common = dict(batch_size=64, smoothness=big_l, kappa=kappa, f0=f0, budget=900.0)
+    free = finite_lr_design(mu, rho, TabulatedNoise(staleness, sigma2, extrapolate="hold_last"),
+                            **common)
+    assume(free.horizon < 128.0)  # well inside the table: the cap does not bind
+    capped = finite_lr_design(mu, rho, TabulatedNoise(staleness, sigma2), **common)
+    assert (capped.horizon, capped.replay_ratio) == (free.horizon, free.replay_ratio)

@@ -673,9 +673,11 @@ def finite_lr_design(mu: float, rho: float, noise: NoiseModel, *, batch_size: in
     box = _check_search_box(horizon_range, replay_range)
     # As in the asymptotic design: a table knows nothing past its longest staleness.
     x_max = float(getattr(noise, "max_horizon", math.inf))
-    if box.x_lo < x_max < box.x_hi:
+    capped = box.x_lo < x_max < box.x_hi
+    opt = minimise_in_box(inputs.log_bound, box, points=81, xatol=1e-9, fatol=1e-12,
+                          x_cap=x_max if capped else math.inf)
+    if capped:
         box = _check_search_box((box.x_lo, x_max), (box.y_lo, box.y_hi))
-    opt = minimise_in_box(inputs.log_bound, box, points=81, xatol=1e-9, fatol=1e-12)
     if opt is None:
         raise ValueError("no admissible (horizon, replay_ratio) in the search box: the step "
                          "size is too large for every horizon, or the budget allows <= 1 step")

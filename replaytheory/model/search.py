@@ -103,21 +103,27 @@ class BoxOptimum:
 
 
 def minimise_in_box(log_objective, box: SearchBox, *, points: int, xatol: float,
-                    fatol: float) -> BoxOptimum | None:
+                    fatol: float, x_cap: float = math.inf) -> BoxOptimum | None:
     """argmin over ``box`` of ``log_objective(x, y)`` (vectorised; +inf where inadmissible):
     a ``points`` x ``points`` log grid, then Nelder-Mead in (log x, log y) from its best point
     with tolerances ``xatol`` (log units) and ``fatol``, kept only if it does not worsen.
 
+    ``x_cap`` (steps, in (box.x_lo, box.x_hi] or inf): x past it is left out, the grid points
+    past it dropped and the polish held at or below it; the box's x side is then the cap.
     Returns None when no grid point is finite.
     """
+    if not x_cap > box.x_lo:
+        raise ValueError(f"x_cap must be > box.x_lo = {box.x_lo:g}, got {x_cap!r}")
     ux = np.linspace(math.log(box.x_lo), math.log(box.x_hi), points)
     uy = np.linspace(math.log(box.y_lo), math.log(box.y_hi), points)
     gx, gy = np.meshgrid(np.exp(ux), np.exp(uy), indexing="ij")
-    vals = log_objective(gx, gy)
+    # The grid stays the whole box's: a cap that does not bind leaves the optimum as it was
+    # (registrations made before the cap re-derive; theory.md 5.8).
+    vals = np.where(gx <= x_cap, log_objective(gx, gy), np.inf)
     if not np.any(np.isfinite(vals)):
         return None
     i, j = np.unravel_index(int(np.argmin(vals)), vals.shape)
-    lo, hi = np.array([ux[0], uy[0]]), np.array([ux[-1], uy[-1]])
+    lo, hi = np.array([ux[0], uy[0]]), np.array([min(ux[-1], math.log(x_cap)), uy[-1]])
 
     def obj(p):
         q = np.clip(p, lo, hi)
