@@ -262,3 +262,17 @@ def test_a_table_edge_that_does_not_bind_leaves_the_finite_lr_optimum_as_it_was(
     assume(free.horizon < 128.0)  # well inside the table: the cap does not bind
     capped = finite_lr_design(mu, rho, TabulatedNoise(staleness, sigma2), **common)
     assert (capped.horizon, capped.replay_ratio) == (free.horizon, free.replay_ratio)
+
+
+@settings(max_examples=200, deadline=None)
+@example(a=1.0, b=2.0, c=1e-30)
+@given(a=st.floats(1e-6, 1e6), b=st.one_of(st.just(0.0), st.floats(1e-6, 1e6)),
+       c=st.floats(1e-300, 1e6))
+def test_the_best_step_size_solves_its_cubic_however_small_the_cubic_term(a, b, c):
+    """The minimiser of a/eta + b eta + c eta^2 is the positive root of 2c eta^3 + b eta^2 = a
+    (to 1e-6 of a), also where c is so small against b that the companion matrix loses the
+    small roots (c = 1e-30: a crash before)."""
+    from replaytheory.model.design import _best_lr
+    eta = float(_best_lr(a, b, c, np.inf))
+    assert 0 < eta < np.inf
+    assert abs((2 * c * eta + b) * eta * eta - a) <= 1e-6 * a

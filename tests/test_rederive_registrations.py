@@ -1,5 +1,5 @@
 """Every committed registration's predictions re-derive from the files under results/ with
-today's code, variant by variant, or are named here with the reason they cannot.
+today's code, variant by variant.
 
 A registration fixes (x*, y*) before the runs that judge it; re-deriving them from the same
 inputs (its calibration probes, config and options) with the current code catches an
@@ -7,8 +7,8 @@ unintended change of a prediction's code (31b0b21 moved heldout_*'s finite_eta x
 undone in the search's cap). A deliberate change that moves a registered number is listed in
 ``KNOWN_DIFFERENCES`` with the commit that made it and both numbers; the registration stays
 what was registered. Files with ``predictions_judged`` under results/ are each re-derived
-(``REDERIVED``), a copy of another registration's numbers (``COPIES``) or not re-derivable
-(``NOT_REDERIVABLE``, with the reason, which the test checks still holds).
+(``REDERIVED``) or a copy of another registration's numbers (``COPIES``); the windows'
+late-born panel runs (results/horizon_phase/runs) are committed for that.
 results/horizon_growth/prediction.json registers a comparison of arms, no (x*, y*).
 """
 
@@ -30,6 +30,7 @@ from llm_experiments.study.judge import probe_paths
 from llm_experiments.study.predict import variant_predictions
 from llm_experiments.study.results import load_runs
 from llm_experiments.study.validation import ACCOUNTING_MUS, ProbeFit
+from llm_experiments.study import window_predict
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # x* and y* agree to this relative tolerance. The reuse designs' searches polish y to ~1e-7:
@@ -37,6 +38,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 6e-8 at every commit from 24b9b8d on, the registering commit dce611f included.
 REL_TOL = 1e-6
 PANELS = "results/horizon_calibration/runs"
+PHASE_PANELS = "results/horizon_phase/runs"  # panels born late in the run (theory.md 11.12)
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,10 @@ class Rederivation:
     default cpu_tiny, and its ``extrapolate``: what ``predict`` and ``predict --from`` run);
     "validate" (the same at the measured mu of results/cpu_sweep's runs, as ``validation.
     validate`` made results/cpu_sweep/validation.json, registered rounded to 3 decimals);
-    "panels" (``horizon_predict.register`` on its panel runs under ``PANELS``)."""
+    "panels" (``horizon_predict.register`` on its panel runs under ``PANELS``); "window"
+    (``window_predict.register`` of its base registration's first ``steps`` updates on its
+    panel runs, under ``PANELS`` and ``PHASE_PANELS``, as experiments/register_windows.sh
+    made them)."""
 
     path: str
     how: str
@@ -74,6 +79,12 @@ REDERIVED = (
                    "results/cpu_sweep/reanalysis_registration.json")),
     *(Rederivation(path=f"results/{name}/prediction.json", how="panels")
       for name in ("horizon_short", "horizon_g4", "horizon_lr2")),
+    *(Rederivation(path=f"results/windows/{name}/prediction.json", how="window")
+      for name in ("cpu_sweep_v3_T50", "cpu_sweep_v3_T100", "cpu_sweep_v3_T150",
+                   "cpu_sweep_v3_T200", "cpu_sweep_v3_T300", "horizon_g4_T30",
+                   "horizon_g4_T50", "horizon_g4_T100", "horizon_lr2_T30", "horizon_lr2_T50",
+                   "horizon_lr2_T100", "horizon_short_T30", "horizon_short_T50",
+                   "horizon_short_T100")),
 )
 
 # copy -> the registration whose committed numbers it judges again on another grid
@@ -82,14 +93,8 @@ COPIES = {"results/cpu_sweep_v3/preregistration.json": "results/heldout_init/pre
               "results/heldout_init/prediction_hold_last.json",
           "results/seconds_groups/preregistration.json": "results/heldout_init/prediction.json"}
 
-# window_predict's panels include runs born late in the run (results/horizon_phase), which
-# were never committed; only results/horizon_calibration's are.
-NOT_REDERIVABLE = {f"results/windows/{name}/prediction.json": "panel runs not committed"
-                   for name in ("cpu_sweep_v3_T50", "cpu_sweep_v3_T100", "cpu_sweep_v3_T150",
-                                "cpu_sweep_v3_T200", "cpu_sweep_v3_T300", "horizon_g4_T30",
-                                "horizon_g4_T50", "horizon_g4_T100", "horizon_lr2_T30",
-                                "horizon_lr2_T50", "horizon_lr2_T100", "horizon_short_T30",
-                                "horizon_short_T50", "horizon_short_T100")}
+# A window's base registration, where it is not results/<window_of>/prediction.json.
+WINDOW_BASES = {"cpu_sweep_v3": "results/cpu_sweep_v3/preregistration.json"}
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,17 @@ def _batch_size(reg: dict) -> int:
 def rederive(r: Rederivation) -> dict:
     """variant -> mu key -> [x*, y*] (or the error text) made again with today's code."""
     reg = _read(r.path)
+    if r.how == "window":
+        runs = [_abs(os.path.join(folder, run)) for run in reg["horizon_model"]["panel_runs"]
+                for folder in (PANELS, PHASE_PANELS) if os.path.isdir(_abs(os.path.join(folder, run)))]
+        assert len(runs) == len(reg["horizon_model"]["panel_runs"]), "a panel run is missing"
+        base = _read(WINDOW_BASES.get(reg["window_of"],
+                                      f"results/{reg['window_of']}/prediction.json"))
+        return window_predict.register(base, reg["steps"], runs, name=reg["name"],
+                                       # registered before --worth, whose default is theirs
+                                       worth=reg["horizon_model"]["window"].get("worth",
+                                                                                "kept"))[
+            "predictions_judged"]
     if r.how == "panels":
         model = reg["horizon_model"]
         return register(reg["name"], reg["config"], reg["set"],
@@ -214,7 +230,7 @@ def _registrations() -> set:
 
 
 def test_every_registration_is_rederived_copied_or_named():
-    named = {r.path for r in REDERIVED} | set(COPIES) | set(NOT_REDERIVABLE)
+    named = {r.path for r in REDERIVED} | set(COPIES)
     found = _registrations()
     assert found - named == set(), "a registration this test neither re-derives nor names"
     assert named - found == set(), "named here but not a registration under results/"
@@ -251,11 +267,3 @@ def test_copies_hold_their_sources_numbers():
         mine, theirs = _read(copy)["predictions_judged"], _read(source)["predictions_judged"]
         numbers = {v: by_mu for v, by_mu in mine.items() if isinstance(by_mu, dict)}
         assert numbers == {v: theirs[v] for v in numbers}, copy
-
-
-def test_not_rederivable_registrations_still_lack_their_inputs():
-    """When the panel runs get committed, move the windows into ``REDERIVED``."""
-    for path in NOT_REDERIVABLE:
-        runs = _read(path)["horizon_model"]["panel_runs"]
-        committed = {os.path.basename(d) for d in glob.glob(_abs("results/*/runs/*"))}
-        assert set(runs) - committed, path

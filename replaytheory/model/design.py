@@ -505,6 +505,18 @@ class FiniteLRDesign:
         return d
 
 
+def _positive_cubic_root(a: float, b: float, c: float) -> float:
+    """The positive root of 2c eta^3 + b eta^2 - a (a, c > 0, b >= 0): the cubic rises on
+    eta > 0 from -a, and it is >= 0 at cbrt(a / 2c) and, for b > 0, at sqrt(a / b)."""
+    from scipy.optimize import brentq
+    top = (a / (2 * c)) ** (1 / 3)
+    if b > 0:
+        top = min(top, math.sqrt(a / b))
+    # 1.001: past the bound's rounding, the cubic is surely positive at the top.
+    return brentq(lambda eta: (2 * c * eta + b) * eta * eta - a, 0.0, 1.001 * top, xtol=1e-300,
+                  rtol=4 * np.finfo(float).eps)
+
+
 def _best_lr(descent_coef, lin_coef, quad_coef, limit):
     """argmin over eta in (0, limit] of a/eta + b eta + c eta^2 (a, b, c >= 0), vectorised.
 
@@ -518,7 +530,9 @@ def _best_lr(descent_coef, lin_coef, quad_coef, limit):
         if ci > 0:
             roots = np.roots([2 * ci, bi, 0.0, -ai])
             real = roots[(np.abs(roots.imag) < 1e-9 * np.abs(roots).max()) & (roots.real > 0)]
-            out[...] = real.real.min()
+            # With c tiny against b (kappa ~ 1e-30) the companion matrix loses the small
+            # roots to the huge negative one: bracket the one positive root instead.
+            out[...] = real.real.min() if real.size else _positive_cubic_root(ai, bi, ci)
         elif bi > 0:
             out[...] = math.sqrt(ai / bi)
         else:
