@@ -553,6 +553,10 @@ def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = 
                      lambda fh: fh.writelines(json.dumps(f) + "\n" for f in books.failures))
         signals.disarm()
     if signals.signum is not None:
+        # Said here, so that every command that sweeps (sweep, predict, verify, demo) says it.
+        print(f"sweep: stopped by {signal.Signals(signals.signum).name}: its runs were "
+              f"stopped; finished runs in {out / 'results.jsonl'}; rerun to continue",
+              file=sys.stderr)
         raise SweepInterrupted(signals.signum)
     return SweepCounts(total=len(runs), skipped=skipped,
                        compacted=len({r.run_id for r in runs} & compacted.keys() - in_folder),
@@ -583,10 +587,7 @@ def main(argv=None) -> int:
                            address=args.address, done_in=tuple(args.done_in))
     except ValueError as exc:
         return p.report(exc)
-    except SweepInterrupted as exc:
-        print(f"sweep: stopped by {signal.Signals(exc.signum).name}: its runs were stopped; "
-              f"finished runs in {Path(args.out) / 'results.jsonl'}; rerun to continue",
-              file=sys.stderr)
+    except SweepInterrupted as exc:  # run_sweep said why
         return exc.code
     print(f"sweep: {counts.total} runs, {counts.skipped} already done "
           f"({counts.compacted} of them only in --done-in), "
