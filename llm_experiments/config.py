@@ -562,6 +562,11 @@ class ProbeConfig(_Section):
     panel_groups: groups of each long-range panel (0 = off; theory.md section 11.1): made at
     each step of panel_births, never trained on, measured again at birth + g for g in
     panel_gaps (steps); needs a loss with an importance ratio.
+    align_groups: groups of each align panel (0 = off; theory.md section 11.15,
+    ``probing.align``): made at panel_births and measured at birth and at panel_gaps like the
+    panels, through the mean gradients of align_chunks chunks of whole groups against a
+    reference of align_ref_groups fresh groups in as many chunks (align_groups and
+    align_ref_groups multiples of align_chunks >= 2); needs a loss with an importance ratio.
     sketch_dim: 0 = exact gradients (the default); k >= 1 = the probes keep count sketches of
     k dimensions of every gradient instead (unbiased inner products and squared norms, relative
     standard deviation <= sqrt(2 / k); theory.md section 8.1.1).
@@ -581,6 +586,9 @@ class ProbeConfig(_Section):
     panel_groups: int = _int(0, 0)
     panel_births: list = _int_list([0], 0)
     panel_gaps: list = _int_list([1, 2, 4, 8, 16, 32, 64, 128, 256], 1)
+    align_groups: int = _int(0, 0)
+    align_ref_groups: int = _int(1024, 2)
+    align_chunks: int = _int(32, 2)
     sketch_dim: int = _int(0, 0, 2**31 - 2)  # count-sketch hash modulus 2^31 - 1 (sketch.py)
 
     def check(self) -> None:
@@ -592,6 +600,11 @@ class ProbeConfig(_Section):
         half = self.fresh_groups // 2
         checks.integer("probe.fresh_noise_groups", self.fresh_noise_groups, 0, half)
         checks.integer("probe.crn_groups", self.crn_groups, 0, half)
+        for name in ("align_groups", "align_ref_groups"):
+            groups = getattr(self, name)
+            if self.align_groups and groups % self.align_chunks:
+                raise ValueError(f"probe.{name} must be a multiple of probe.align_chunks "
+                                 f"({self.align_chunks}): chunks of whole groups, got {groups}")
 
 
 @dataclass
@@ -721,13 +734,14 @@ def check_resolved(cfg: Config) -> None:
                          f"the trainer scores the full softmax, so a fresh sample's importance "
                          f"ratio would be below 1; allowed: sampler.top_p=1, or "
                          f"trainer.loss=asymre (no ratio) with any top_p in (0, 1]")
-    if cfg.probe.panel_groups and cfg.schedule.engine != "emulated":
-        raise ValueError(f"probe.panel_groups > 0 (long-range panels) runs on "
-                         f"schedule.engine=emulated only, got {cfg.schedule.engine}")
-    if cfg.probe.panel_groups and loss not in _Owned("rl.losses", "RATIO_LOSSES"):
-        raise ValueError(f"probe.panel_groups > 0 needs a trainer.loss with an importance "
-                         f"ratio, one of {list(_Owned('rl.losses', 'RATIO_LOSSES'))}; got "
-                         f"trainer.loss={loss}")
+    for name in ("panel_groups", "align_groups"):
+        if getattr(cfg.probe, name) and cfg.schedule.engine != "emulated":
+            raise ValueError(f"probe.{name} > 0 (long-range panels) runs on "
+                             f"schedule.engine=emulated only, got {cfg.schedule.engine}")
+        if getattr(cfg.probe, name) and loss not in _Owned("rl.losses", "RATIO_LOSSES"):
+            raise ValueError(f"probe.{name} > 0 needs a trainer.loss with an importance "
+                             f"ratio, one of {list(_Owned('rl.losses', 'RATIO_LOSSES'))}; got "
+                             f"trainer.loss={loss}")
     if cfg.probe.contribution and loss not in _Owned("rl.losses", "RATIO_LOSSES"):
         raise ValueError(f"probe.contribution=true needs a trainer.loss with an importance "
                          f"ratio, one of {list(_Owned('rl.losses', 'RATIO_LOSSES'))}; got "

@@ -54,7 +54,9 @@ def reuse_rows(n=3):
     contrib = {c: np.full(n, 0.5) for c in SCHEMA["contribution"]}
     panel = {c: np.arange(n, dtype=float) * 2 for c in SCHEMA["panel"]}
     diversity = {c: np.full(n, 3.0) for c in SCHEMA["diversity"]}
-    return {"reuse": table, "contribution": contrib, "panel": panel, "diversity": diversity}
+    align = {c: np.arange(n, dtype=float) - 1 for c in SCHEMA["align"]}
+    return {"reuse": table, "contribution": contrib, "panel": panel, "diversity": diversity,
+            "align": align}
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".jsonl"])

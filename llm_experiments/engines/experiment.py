@@ -70,7 +70,7 @@ class Experiment(PolicyTrainer):
         self.step = 0
         self._prompt_ids: dict[int, list[int]] = {}
         self.eval_prompts = [self.encode(p) for p in self.task.eval_problems]
-        probing = cfg.probe.every or cfg.probe.panel_groups
+        probing = cfg.probe.every or cfg.probe.panel_groups or cfg.probe.align_groups
         self.prober = Prober(cfg, self) if probing else None
 
     # ---- messages between the parts ---------------------------------------------------------

@@ -19,6 +19,8 @@ DELAY_STREAM = 4
 PANEL_STREAM = 5
 # The probes' gradient sketch (sketch.py), one projection per run: (run.seed, SKETCH_STREAM).
 SKETCH_STREAM = 6
+# Align panels (align.py): their rollouts and reference groups.
+ALIGN_STREAM = 7
 
 
 def derived_seed(*parts: int) -> int:

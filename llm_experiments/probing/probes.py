@@ -74,6 +74,7 @@ from ..rl.buffer import HeldRollouts, Rollout
 from ..config import Config
 from ..rl.gradients import cosine, flat_params, kept_share, per_sample_grads, sq_norm
 from ..rl.losses import collate, loss_stats, policy_loss, token_logprobs
+from .align import AlignProbe
 from .panel import PanelProbe
 from ..samplers import Generation, WeightUpdate
 from ..samplers.hf import HFSampler
@@ -196,6 +197,7 @@ class Prober:
         self._smooth = (0.0, 0.0, 0.0)  # grad_sq, grad_change_sq, drift_prev of this probe
         self._refs: dict[int, torch.Tensor] = {}  # probe step -> its g_ref, for reuse rows
         self.panel = PanelProbe(self)
+        self.align = AlignProbe(self)
         # One S for the whole run, so sketches of different probes and weights combine.
         self.project = projection(cfg.probe.sketch_dim,
                                   derived_seed(cfg.run.seed, SKETCH_STREAM))
@@ -216,7 +218,8 @@ class Prober:
     def state_dict(self) -> dict:
         """Rows measured so far, the previous probe's reference and the probe seconds."""
         return {"rows": self.rows, "seconds": self.seconds, "prev": self._prev,
-                "refs": self._refs, "panel": self.panel.state_dict()}
+                "refs": self._refs, "panel": self.panel.state_dict(),
+                "align": self.align.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a state saved by ``state_dict``."""
@@ -225,17 +228,20 @@ class Prober:
         self._refs = state.get("refs", {})
         self.rows = {name: state["rows"].get(name, []) for name in SCHEMA}
         self.panel.load_state_dict(state.get("panel"))
+        self.align.load_state_dict(state.get("align"))
 
     def due(self, step: int) -> bool:
         """Whether the buffer probes run at trainer step ``step``."""
         return bool(self.cfg.probe.every) and step % self.cfg.probe.every == 0
 
     def panel_step(self, step: int) -> None:
-        """Birth or measure the long-range panels due at ``step`` (``panel.PanelProbe``)."""
-        if self.panel.due(step):
-            t0 = time.perf_counter()
-            self.panel.measure(step)
-            self.seconds += time.perf_counter() - t0
+        """Birth or measure the long-range panels due at ``step`` (``panel.PanelProbe``,
+        ``align.AlignProbe``)."""
+        for probe in (self.panel, self.align):
+            if probe.due(step):
+                t0 = time.perf_counter()
+                probe.measure(step)
+                self.seconds += time.perf_counter() - t0
 
     def probe_set(self) -> ProbeSet:
         """The rows so far as a ``replaytheory.fit.probes.ProbeSet`` with the run counts; the

@@ -172,3 +172,70 @@ def fit_panels(probes: ProbeSet, *, n_boot: int = 400, seed: int = 0) -> PanelFi
               "within": _curve(gaps, within)}
     group = float(np.median(d["group_size"]))
     return PanelFit(**curves, group_size=int(round(group)), n_panels=n_c, n_rows=len(ids))
+
+
+@dataclass(frozen=True)
+class AlignFit:
+    """align(g) from the ``align`` table (theory.md section 11.15): ``pooled`` over births per
+    gap, and ``by_birth`` (birth step -> Curve); each a ratio of sums over measurements
+    (runs x births at a gap) of the panel's mean inner product with the reference and the
+    reference's estimate of ||grad F||^2, with 95% bootstrap intervals; ``n_seq`` the
+    sequences per panel."""
+
+    pooled: Curve
+    by_birth: dict
+    n_seq: int
+
+    def to_dict(self) -> dict:
+        return {"pooled": self.pooled.to_dict(), "n_seq": self.n_seq,
+                "by_birth": {str(b): c.to_dict() for b, c in self.by_birth.items()}}
+
+
+def _align_measurements(t: dict, n_boot: int, rng) -> list[tuple]:
+    """Per measurement (run, probe step, birth): (birth, gap, numerator replicates (B + 1,),
+    denominator replicates (B + 1,)), replicate 0 the data. A replicate resamples the panel's
+    chunks and the reference's chunks (the latter jointly in numerator and denominator); a
+    pair of one reference chunk with itself never counts toward ||grad F||^2."""
+    run = t.get("run", np.zeros(len(t["value"])))
+    keys = np.stack([run, t["probe_step"], t["birth_step"]], axis=1)
+    out = []
+    for key in np.unique(keys, axis=0):
+        here = np.all(keys == key, axis=1)
+        panel = here & (t["part"] == 0)
+        ref = here & (t["part"] == 1)
+        n_k, n_a = int(t["chunk"][panel].max()) + 1, int(t["other"][panel].max()) + 1
+        m = np.zeros((n_k, n_a))
+        m[t["chunk"][panel].astype(int), t["other"][panel].astype(int)] = t["value"][panel]
+        g = np.zeros((n_a, n_a))
+        g[t["chunk"][ref].astype(int), t["other"][ref].astype(int)] = t["value"][ref]
+        w = np.vstack([np.ones(n_k), rng.multinomial(n_k, np.full(n_k, 1 / n_k), n_boot)])
+        v = np.vstack([np.ones(n_a), rng.multinomial(n_a, np.full(n_a, 1 / n_a), n_boot)])
+        num = np.einsum("bk,ka,ba->b", w, m, v) / (n_k * n_a)
+        pairs = (v.sum(1) ** 2 - (v ** 2).sum(1)) / 2  # distinct-chunk pairs drawn
+        with np.errstate(divide="ignore", invalid="ignore"):  # one chunk drawn: no pair, NaN
+            den = np.einsum("ba,ac,bc->b", v, g, v) / pairs  # g holds a < c only
+        out.append((float(key[2]), float(key[1] - key[2]), num, den))
+    return out
+
+
+def fit_align(probes: ProbeSet, *, n_boot: int = 400, seed: int = 0) -> AlignFit:
+    """align(g) per gap, pooled over births and per birth (``AlignFit``), from the ``align``
+    rows of ``probes`` (merged runs carry a ``run`` column); n_boot >= 1 replicates."""
+    t = probes.tables["align"]
+    if not len(t["value"]):
+        raise ValueError("probes.align has no rows: run with probe.align_groups > 0")
+    meas = _align_measurements(t, n_boot, np.random.default_rng(seed))
+    gaps = sorted({gap for _, gap, _, _ in meas})
+
+    def curve(chosen) -> Curve:
+        reps = np.stack([sum(num for b, gp, num, _ in chosen if gp == gap)
+                         / sum(den for b, gp, _, den in chosen if gp == gap) for gap in gaps], 1)
+        return _curve(gaps, reps)
+    births = sorted({b for b, _, _, _ in meas})
+    by_birth = {}
+    for birth in births:
+        chosen = [x for x in meas if x[0] == birth]
+        if {gp for _, gp, _, _ in chosen} == set(gaps):
+            by_birth[int(birth)] = curve(chosen)
+    return AlignFit(pooled=curve(meas), by_birth=by_birth,
+                    n_seq=int(np.median(t["n_seq"][t["part"] == 0])))

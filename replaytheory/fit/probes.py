@@ -60,6 +60,11 @@ Tables and columns (units in brackets; every table may carry extra columns, kept
     mean_sq [mean ||eps||^2], within_inner [mean <eps_i, eps_j> over ordered pairs i != j of one
     group], across_inner [the same over pairs of different groups], ref_sq_error (every eps
     carries -e_ref, so both means carry +||e_ref||^2).
+``align`` (optional): the inner products of an align measurement (theory.md section 11.15,
+    ``llm_experiments.probing.align``). probe_step [t], birth_step [b], gap [t - b], part [0:
+    <m_k, r_a>, panel chunk k's mean gradient at t against reference chunk a's; 1: <r_a, r_b>
+    for reference chunks a < b], chunk [k, or a], other [a, or b], value, n_seq [sequences of
+    the panel, or of the reference].
 An optional table absent from a file has no rows (files written before they existed load).
 
 Any table may carry ``run`` [id of the run]: a probe is one (run, probe_step), the unit that
@@ -96,11 +101,12 @@ SCHEMA: dict[str, tuple[str, ...]] = {
               "is_weight"),
     "diversity": ("probe_step", "birth_step", "gap", "n_groups", "group_size", "mean_sq",
                   "within_inner", "across_inner", "ref_sq_error"),
+    "align": ("probe_step", "birth_step", "gap", "part", "chunk", "other", "value", "n_seq"),
 }
 # Tables a run writes only when the matching probes are on; a file without them has no rows
 # there, and ``save`` leaves them out when empty so that files of runs without them keep
 # their old content.
-OPTIONAL_TABLES = ("reuse", "contribution", "panel", "diversity")
+OPTIONAL_TABLES = ("reuse", "contribution", "panel", "diversity", "align")
 UNIT_SEQUENCE, UNIT_GROUP = 0, 1
 COUNT_KEYS = ("unique_rollouts", "samples_consumed", "workers", "trainers")
 

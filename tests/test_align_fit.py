@@ -1,0 +1,69 @@
+"""align(g) from the ``align`` table (theory.md section 11.15, ``panel_fit.fit_align``) on
+synthetic panels whose align is known: the estimate is consistent and its bootstrap interval
+covers the truth at about its level."""
+
+import numpy as np
+import pytest
+
+from replaytheory.fit.panel_fit import fit_align
+from replaytheory.fit.probes import ProbeSet
+
+
+def synthetic_rows(truth: dict, rng, *, dim=40, chunks=16, noise=2.0, run=0) -> dict:
+    """Align rows of measurements (birth, gap) -> true align: reference chunks r_a = grad F +
+    noise, panel chunks m_k = align x grad F + noise, grad F drawn per measurement."""
+    rows = {c: [] for c in ("probe_step", "birth_step", "gap", "part", "chunk", "other",
+                            "value", "n_seq", "run")}
+
+    def add(**kw):
+        for c, v in kw.items():
+            rows[c].append(v)
+    for (birth, gap), align in truth.items():
+        grad = rng.normal(size=dim)
+        ref = grad + noise * rng.normal(size=(chunks, dim))
+        panel = align * grad + noise * rng.normal(size=(chunks, dim))
+        base = dict(probe_step=birth + gap, birth_step=birth, gap=gap, run=run)
+        for k in range(chunks):
+            for a in range(chunks):
+                add(**base, part=0, chunk=k, other=a, value=panel[k] @ ref[a], n_seq=64)
+        for a in range(chunks):
+            for b in range(a + 1, chunks):
+                add(**base, part=1, chunk=a, other=b, value=ref[a] @ ref[b], n_seq=64)
+    return rows
+
+
+def probe_set(rows: dict) -> ProbeSet:
+    return ProbeSet(tables={"align": {c: np.array(v, float) for c, v in rows.items()}})
+
+
+def test_the_estimate_is_consistent_per_birth_and_pooled():
+    """With little noise, align per birth and pooled over births is the truth."""
+    truth = {(0, 0): 1.0, (0, 4): 0.6, (50, 0): 1.0, (50, 4): 0.9}
+    fit = fit_align(probe_set(synthetic_rows(truth, np.random.default_rng(0), noise=0.05)),
+                    n_boot=100)
+    assert fit.pooled.gaps == (0.0, 4.0)
+    assert fit.by_birth[0].value == pytest.approx((1.0, 0.6), abs=0.02)
+    assert fit.by_birth[50].value == pytest.approx((1.0, 0.9), abs=0.02)
+    assert fit.pooled.value[0] == pytest.approx(1.0, abs=0.02)
+    assert 0.6 < fit.pooled.value[1] < 0.9
+
+
+def test_the_interval_covers_the_truth_at_about_its_level():
+    """Over 60 noisy synthetic calibrations (two runs, two births each) the 95% interval of
+    align at gap 4 covers the true 0.7 in at least 85% of them, and it is not uselessly wide."""
+    covered, widths = 0, []
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        rows = synthetic_rows({(0, 4): 0.7, (50, 4): 0.7}, rng, run=0)
+        more = synthetic_rows({(0, 4): 0.7, (50, 4): 0.7}, rng, run=1)
+        fit = fit_align(probe_set({c: rows[c] + more[c] for c in rows}), n_boot=200,
+                        seed=seed)
+        lo, hi = fit.pooled.low[0], fit.pooled.high[0]
+        covered += lo <= 0.7 <= hi
+        widths.append(hi - lo)
+    assert covered >= 51 and np.median(widths) < 0.5
+
+
+def test_no_align_rows_is_a_clear_error():
+    with pytest.raises(ValueError, match="probe.align_groups"):
+        fit_align(ProbeSet())
