@@ -7,7 +7,8 @@ paired figures from the committed ``results/cpu_sweep/``; the diagnosis figure f
 ``validation*.json`` under ``results/`` (``judge`` / ``verify``) but the windows', with every setting's
 predictions against the held-out goal (theory.md 10.9) in ``verdicts_goal.md``; the windows
 (``results/windows``, theory.md 11.12) in ``windows.md``; the growing horizon against fixed
-ones (``results/horizon_growth``, theory.md 11.14) in ``growth.md``. A family
+ones (``results/horizon_growth``, theory.md 11.14) in ``growth.md``; align(g) by phase
+(``results/horizon_align_large``, theory.md 11.15) in ``align.md``. A family
 whose saved results are missing is reported and skipped so the others still build.
 """
 
@@ -77,8 +78,14 @@ def _growth(out):
                        + ([] if out is None else ["--out", str(out)]))  # raises if absent
 
 
+def _align(out):
+    from figures import align
+    return align.main(["--runs", str(RESULTS / "horizon_align_large" / "runs")]
+                      + ([] if out is None else ["--out", str(out)]))  # raises if absent
+
+
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
-            "verdicts": _verdicts, "windows": _windows, "growth": _growth}
+            "verdicts": _verdicts, "windows": _windows, "growth": _growth, "align": _align}
 
 
 def main(argv=None) -> int:

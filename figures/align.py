@@ -1,0 +1,82 @@
+"""A stale rollout's worth through grad F by phase (theory.md 11.15): align(g) of the align panels
+in ``results/horizon_align_large/runs`` (``replaytheory.fit.panel_fit.fit_align``).
+
+``python -m figures.align [--runs DIR] [--out DIR]`` writes ``align.md`` (align(g) with 95%
+intervals per birth step and pooled over births), ``align.json`` and ``align.png`` / ``.pdf``
+(align against the gap, one line per birth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from figures.style import PALETTE, plt, save, write_text
+from llm_experiments.study.validation import load_probes
+from replaytheory.fit.panel_fit import AlignFit, fit_align
+from replaytheory.fit.probes import ProbeSet
+
+RUNS = Path(__file__).resolve().parents[1] / "results" / "horizon_align_large" / "runs"
+
+
+def load(runs: Path) -> ProbeSet:
+    """The probes of every run folder under ``runs``, merged (a ``run`` column apart)."""
+    paths = sorted(str(p) for p in runs.glob("*/probes.npz"))
+    if not paths:
+        raise FileNotFoundError(f"no probes.npz under {runs}")
+    return load_probes(paths)
+
+
+def _cell(curve, i: int) -> str:
+    return f"{curve.value[i]:.2f} [{curve.low[i]:.2f}, {curve.high[i]:.2f}]"
+
+
+def table(fit: AlignFit, n_runs: int) -> str:
+    """align(g) per birth and pooled, as markdown."""
+    gaps = [int(g) for g in fit.pooled.gaps]
+    lines = ["# align(g) by phase (theory.md 11.15)", "",
+             f"{n_runs} runs, panels of {fit.n_seq} sequences; 95% bootstrap intervals over "
+             f"panel and reference chunks. align(0) must be 1.", "",
+             "| born at step | " + " | ".join(f"g = {g}" for g in gaps) + " |",
+             "|---|" + "---|" * len(gaps)]
+    for birth, curve in sorted(fit.by_birth.items()):
+        lines.append(f"| {birth} | " + " | ".join(_cell(curve, i) for i in range(len(gaps)))
+                     + " |")
+    lines.append("| pooled | " + " | ".join(_cell(fit.pooled, i) for i in range(len(gaps)))
+                 + " |")
+    return "\n".join(lines) + "\n"
+
+
+def draw(fit: AlignFit):
+    """align against the gap (symlog), one line per birth, with intervals."""
+    fig, ax = plt.subplots(figsize=(4.2, 3.0))
+    for (birth, curve), colour in zip(sorted(fit.by_birth.items()), PALETTE):
+        g = np.array(curve.gaps)
+        ax.errorbar(g * (1 + 0.03 * (birth / 100 - 1)), curve.value,
+                    yerr=[np.subtract(curve.value, curve.low),
+                          np.subtract(curve.high, curve.value)],
+                    fmt="o-", color=colour, capsize=2, label=f"born at {birth}")
+    ax.axhline(1.0, color="0.6", lw=0.8)
+    ax.set(xlabel="gap g (updates)", ylabel="align(g)", xscale="symlog")
+    ax.legend(fontsize=6)
+    return fig
+
+
+def main(argv=None) -> list[Path]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", default=str(RUNS), help="folder of the align runs")
+    p.add_argument("--out", help="output folder (default figures/out)")
+    a = p.parse_args(argv)
+    probes = load(Path(a.runs))
+    fit = fit_align(probes, n_boot=1000)
+    n_runs = len(set(probes.tables["align"]["run"].tolist()))
+    return [write_text(table(fit, n_runs), "align.md", a.out),
+            write_text(json.dumps(fit.to_dict(), indent=1), "align.json", a.out),
+            *save(draw(fit), "align", a.out)]
+
+
+if __name__ == "__main__":
+    main()
