@@ -1,9 +1,12 @@
 """A stale rollout's worth through grad F by phase (theory.md 11.15): align(g) of the align panels
-in ``results/horizon_align_large/runs`` (``replaytheory.fit.panel_fit.fit_align``).
+in ``results/horizon_align_large/runs`` (``replaytheory.fit.panel_fit.fit_align``), and the
+development check of the finite-run model with that worth (``results/horizon_align_large/
+devcheck``, made by ``experiments/align_devcheck.sh``) beside the windows' registered model.
 
-``python -m figures.align [--runs DIR] [--out DIR]`` writes ``align.md`` (align(g) with 95%
-intervals per birth step and pooled over births), ``align.json`` and ``align.png`` / ``.pdf``
-(align against the gap, one line per birth).
+``python -m figures.align [--runs DIR] [--devcheck DIR] [--out DIR]`` writes ``align.md``
+(align(g) with 95% intervals per birth step and pooled over births; the development check per
+window and mu, with the goal's criteria), ``align.json`` and ``align.png`` / ``.pdf`` (align
+against the gap, one line per birth).
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from figures import windows
 from figures.style import PALETTE, plt, save, write_text
 from llm_experiments.study.validation import load_probes
 from replaytheory.fit.panel_fit import AlignFit, fit_align
 from replaytheory.fit.probes import ProbeSet
 
 RUNS = Path(__file__).resolve().parents[1] / "results" / "horizon_align_large" / "runs"
+DEVCHECK = RUNS.parent / "devcheck"
 
 
 def load(runs: Path) -> ProbeSet:
@@ -50,6 +55,30 @@ def table(fit: AlignFit, n_runs: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def devcheck_table(folder: Path, registered: Path) -> str:
+    """The finite-run model with worth = align (``folder``, judged windows) against the
+    windows' registered model (``registered``), per (window, mu), then the goal's criteria
+    over the windows registered before they were scored and over all (windows.summary)."""
+    ref = {(c.setting, c.steps, c.mu): c for c in windows.load_cases(registered)}
+    dev = [windows.WindowCase(**{**c.__dict__, "test": ref[(c.setting, c.steps, c.mu)].test})
+           for c in windows.load_cases(folder)]
+    lines = ["## Development check: the finite-run model with worth = align", "",
+             "Every window was scored before (not a test). x*, regret: the model with the large "
+             "panels' align as a stale rollout's worth, then the windows' registered model "
+             "(worth = the clip's kept share).", "",
+             "| setting | T | window | mu | best x | x* (align) | regret | x* (registered) | "
+             "regret |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in dev:
+        r = ref[(c.setting, c.steps, c.mu)]
+        lines.append(f"| {c.setting} | {c.steps} | {'test' if c.test else 'dev'} | {c.mu} | "
+                     f"{c.best:g} | {c.x_phases:g} | {c.regret['model (phases)']:.3f} | "
+                     f"{r.x_phases:g} | {r.regret['model (phases)']:.3f} |")
+    lines += ["", "**Windows registered before scoring:** "
+              + windows.summary([c for c in dev if c.test]), "",
+              "**All windows:** " + windows.summary(dev)]
+    return "\n".join(lines) + "\n"
+
+
 def draw(fit: AlignFit):
     """align against the gap (symlog), one line per birth, with intervals."""
     fig, ax = plt.subplots(figsize=(4.2, 3.0))
@@ -68,12 +97,19 @@ def draw(fit: AlignFit):
 def main(argv=None) -> list[Path]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default=str(RUNS), help="folder of the align runs")
+    p.add_argument("--devcheck", default=str(DEVCHECK),
+                   help="folder of the judged development-check windows (skipped if absent)")
+    p.add_argument("--windows", default=str(windows.WINDOWS),
+                   help="folder of the windows' registered verdicts")
     p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
     probes = load(Path(a.runs))
     fit = fit_align(probes, n_boot=1000)
     n_runs = len(set(probes.tables["align"]["run"].tolist()))
-    return [write_text(table(fit, n_runs), "align.md", a.out),
+    text = table(fit, n_runs)
+    if Path(a.devcheck).is_dir():
+        text += "\n" + devcheck_table(Path(a.devcheck), Path(a.windows))
+    return [write_text(text, "align.md", a.out),
             write_text(json.dumps(fit.to_dict(), indent=1), "align.json", a.out),
             *save(draw(fit), "align", a.out)]
 

@@ -26,3 +26,11 @@ def test_the_align_table_reads_back_each_phase(tmp_path):
     text = (tmp_path / "out" / "align.md").read_text()
     assert "| 0 | 1.00" in text and "| 100 |" in text and "| pooled |" in text
     assert "2 runs" in text and len(paths) == 4
+
+
+def test_the_development_check_pairs_each_window_with_its_registered_verdict():
+    """The committed development check (theory.md 11.15) covers the 14 windows at 3 mus, and
+    the test windows are those registered before they were scored (27 cases)."""
+    text = align.devcheck_table(align.DEVCHECK, align.windows.WINDOWS)
+    assert text.count("| test |") == 27 and text.count("| dev |") == 15
+    assert "**Windows registered before scoring:** 27 cases" in text

@@ -39,6 +39,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REL_TOL = 1e-6
 PANELS = "results/horizon_calibration/runs"
 PHASE_PANELS = "results/horizon_phase/runs"  # panels born late in the run (theory.md 11.12)
+ALIGN_PANELS = "results/horizon_align_large/runs"  # large align panels (theory.md 11.15)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,11 @@ class Rederivation:
     calibration: str = ""
 
 
+# experiments/register_windows.sh's windows (theory.md 11.12)
+WINDOWS = ("cpu_sweep_v3_T50", "cpu_sweep_v3_T100", "cpu_sweep_v3_T150", "cpu_sweep_v3_T200",
+           "cpu_sweep_v3_T300", "horizon_g4_T30", "horizon_g4_T50", "horizon_g4_T100",
+           "horizon_lr2_T30", "horizon_lr2_T50", "horizon_lr2_T100", "horizon_short_T30",
+           "horizon_short_T50", "horizon_short_T100")
 REDERIVED = (
     *(Rederivation(path=f"results/{name}/{file}", how="predict",
                    calibration=f"results/{name}/calibration")
@@ -80,11 +86,11 @@ REDERIVED = (
     *(Rederivation(path=f"results/{name}/prediction.json", how="panels")
       for name in ("horizon_short", "horizon_g4", "horizon_lr2")),
     *(Rederivation(path=f"results/windows/{name}/prediction.json", how="window")
-      for name in ("cpu_sweep_v3_T50", "cpu_sweep_v3_T100", "cpu_sweep_v3_T150",
-                   "cpu_sweep_v3_T200", "cpu_sweep_v3_T300", "horizon_g4_T30",
-                   "horizon_g4_T50", "horizon_g4_T100", "horizon_lr2_T30", "horizon_lr2_T50",
-                   "horizon_lr2_T100", "horizon_short_T30", "horizon_short_T50",
-                   "horizon_short_T100")),
+      for name in WINDOWS),
+    # theory.md 11.15's development check: the same windows, worth = align of large panels
+    *(Rederivation(path=f"results/horizon_align_large/devcheck/{name}/prediction.json",
+                   how="window")
+      for name in WINDOWS),
 )
 
 # copy -> the registration whose committed numbers it judges again on another grid
@@ -170,7 +176,10 @@ def rederive(r: Rederivation) -> dict:
         assert len(runs) == len(reg["horizon_model"]["panel_runs"]), "a panel run is missing"
         base = _read(WINDOW_BASES.get(reg["window_of"],
                                       f"results/{reg['window_of']}/prediction.json"))
+        window = reg["horizon_model"]["window"]
+        align = [_abs(os.path.join(ALIGN_PANELS, run)) for run in window.get("align_runs", [])]
         return window_predict.register(base, reg["steps"], runs, name=reg["name"],
+                                       align_dirs=align,
                                        # registered before --worth, whose default is theirs
                                        worth=reg["horizon_model"]["window"].get("worth",
                                                                                 "kept"))[

@@ -140,3 +140,33 @@ def test_the_worth_a_registration_names_is_the_one_rebuilt():
     # with 32-group references the alignment is not resolved (theory.md 11.12): said, not used
     with pytest.raises(ValueError, match="non-positive align"):
         wn.registered_window({**hm, "window": {**hm["window"], "worth": "align"}}, 64)
+
+
+ALIGN_RUNS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "results",
+                                           "horizon_align_large", "runs", "*")))
+
+
+def test_large_align_panels_replace_each_phases_align_with_the_nearest_birth():
+    """``with_align``: a phase takes the align curve of the align birth nearest its own, the
+    pooled fit the pooled curve; without align panels the fit is untouched."""
+    from replaytheory.fit.panel_fit import fit_align
+    from llm_experiments.study.validation import load_probes
+    from llm_experiments.study.window_predict import with_align
+    from test_horizon import synthetic_panels
+    from llm_experiments.study.window_predict import phase_fits
+    align = fit_align(load_probes([os.path.join(d, "probes.npz") for d in ALIGN_RUNS]),
+                      n_boot=20)
+    assert sorted(align.by_birth) == [0, 50, 100, 150, 200]
+    fit = phase_fits(synthetic_panels(n_panels=2), n_boot=20)[0].fit
+    assert with_align(fit, 0.0, None) is fit
+    assert with_align(fit, 120.0, align).align == align.by_birth[100]
+    assert with_align(fit, 180.0, align).align == align.by_birth[200]
+    assert with_align(fit, None, align).align == align.pooled
+    assert with_align(fit, 120.0, align).sigma2 == fit.sigma2
+
+
+def test_align_runs_need_the_align_worth():
+    from llm_experiments.study.window_predict import register
+    with pytest.raises(ValueError, match="--align-runs needs --worth align"):
+        register({"steps": 100, "horizons": [1, 2]}, 50, [], name="w", worth="kept",
+                 align_dirs=ALIGN_RUNS)

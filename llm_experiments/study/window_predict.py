@@ -3,7 +3,8 @@ window of a registered grid (its first T updates), from panel probes only, befor
 is scored.
 
 ``python -m llm_experiments.study.window_predict --base results/NAME/prediction.json
---steps T --panels RUN_DIR [RUN_DIR ...] --name NAME [--worth kept|align] --out DIR``
+--steps T --panels RUN_DIR [RUN_DIR ...] --name NAME [--worth kept|align]
+[--align-runs RUN_DIR ...] --out DIR``
 
 1. The panels are grouped by birth step into phases (``phase_groups``: consecutive births
    merged until a phase holds ``MIN_PANELS`` panels) and each phase fitted on its own
@@ -13,7 +14,10 @@ is scored.
    panel runs' measured mu and the accounting mus, with the phases ("horizon", primary) and
    with the pooled fit as one phase ("horizon_one_phase": fill-up and AUC weighting alone);
    section 5's optimum with the pooled noise table ("asymptotic"). A stale rollout's worth is
-   the clip's kept share, or with ``--worth align`` its alignment with grad F (11.4, 11.13).
+   the clip's kept share, or with ``--worth align`` its alignment with grad F (11.4, 11.13);
+   ``--align-runs`` takes align(g) from large align panels instead (11.15,
+   ``probing.align``): each phase the curve of the align birth nearest its own, the pooled
+   fit the pooled curve.
 3. ``DIR/prediction.json``: the base registration's grid, bootstrap and gate with ``steps``
    = T, in the format ``judge`` reads; judge it on the base grid's curves.
 """
@@ -22,13 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from replaytheory.checks import choice
 from replaytheory.cli_input import Parser, existing_file, output_dir
-from replaytheory.fit.panel_fit import MIN_PANELS, PanelFit, fit_panels
+from replaytheory.fit.panel_fit import MIN_PANELS, AlignFit, PanelFit, fit_align, fit_panels
 from replaytheory.fit.probes import ProbeSet
 from replaytheory.io import write_json
 from replaytheory.model import horizon as hz
@@ -107,25 +111,45 @@ def phase_fits(probes: ProbeSet, n_boot: int = 400) -> list[PhaseFit]:
     return out
 
 
+def with_align(fit: PanelFit, birth: float, align: AlignFit | None) -> PanelFit:
+    """``fit`` with its align curve from the large align panels (theory.md 11.15): the curve
+    of the align birth nearest ``birth`` (None: the pooled curve); ``fit`` itself without
+    ``align``."""
+    if align is None:
+        return fit
+    if birth is None:
+        return replace(fit, align=align.pooled)
+    nearest = min(align.by_birth, key=lambda b: abs(b - birth))
+    return replace(fit, align=align.by_birth[nearest])
+
+
 def register(base: dict, steps: int, run_dirs: list[str], *, name: str, note: str = "",
-             worth: str = "kept") -> dict:
+             worth: str = "kept", align_dirs: list[str] = ()) -> dict:
     """The window registration (module docstring) of the ``base`` registration's grid scored
     over its first ``steps`` updates (1 <= steps <= the base's), from the panel runs
     ``run_dirs``; ``worth`` (``horizon.WORTHS``): a stale rollout's worth read from the clip's
-    kept share or from its alignment with grad F (theory.md 11.4, 11.13)."""
+    kept share or from its alignment with grad F (theory.md 11.4, 11.13); ``align_dirs``: run
+    folders of large align panels whose align(g) replaces the panels' (11.15, ``with_align``;
+    needs worth "align")."""
     choice("--worth", worth, hz.WORTHS)
+    if align_dirs and worth != "align":
+        raise ValueError(f"--align-runs needs --worth align, got --worth {worth}")
+    align = fit_align(load_probes([os.path.join(d, "probes.npz") for d in align_dirs]),
+                      n_boot=400) if align_dirs else None
     if not 1 <= steps <= int(base["steps"]):
         raise ValueError(f"--steps must be in [1, {base['steps']}] (the base grid's run "
                          f"length), got {steps}")
     probes = load_probes([os.path.join(d, "probes.npz") for d in run_dirs])
-    pooled = fit_panels(probes, n_boot=400)
+    pooled = with_align(fit_panels(probes, n_boot=400), None, align)
     supported = supported_terms(pooled)
-    phases = phase_fits(probes)
+    phases = [replace(p, fit=with_align(p.fit, p.birth, align)) for p in phase_fits(probes)]
     longest = int(max(base["horizons"]))
     model = {"supported": {t: {"used": bool(ok), "reason": why}
                            for t, (ok, why) in supported.items()},
              "panel_fit": pooled.to_dict(),
              "window": {"steps": steps, "worth": worth,
+                        **({"align_runs": sorted(os.path.basename(d) for d in align_dirs)}
+                           if align_dirs else {}),
                         "phases": [p.to_dict() for p in phases]}}
     phased, one = wn.registered_window(model, longest)
     tables = {"horizon": wn.step_tables(phased, steps),
@@ -161,6 +185,10 @@ def main(argv=None) -> int:
     p.add_argument("--worth", default="kept", choices=hz.WORTHS,
                    help="a stale rollout's worth: the clip's kept share (default) or its "
                         "alignment with grad F (theory.md 11.4, 11.13)")
+    p.add_argument("--align-runs", nargs="+", default=[], metavar="RUN_DIR",
+                   help="run folders of large align panels (probe.align_groups; globs "
+                        "allowed): their align(g) by birth replaces the panels' (theory.md "
+                        "11.15; needs --worth align)")
     p.add_argument("--note", default="")
     p.add_argument("--out", type=output_dir, required=True, help="folder for prediction.json")
     a = p.parse_args(argv)
@@ -168,7 +196,8 @@ def main(argv=None) -> int:
         dirs = panel_dirs(a.panels)
         with open(a.base) as fh:
             base = json.load(fh)
-        reg = register(base, a.steps, dirs, name=a.name, note=a.note, worth=a.worth)
+        reg = register(base, a.steps, dirs, name=a.name, note=a.note, worth=a.worth,
+                       align_dirs=panel_dirs(a.align_runs) if a.align_runs else ())
     except (ValueError, OSError, KeyError) as exc:
         return p.report(exc)
     path = os.path.join(a.out, "prediction.json")
