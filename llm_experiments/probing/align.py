@@ -67,7 +67,9 @@ class AlignProbe:
     def _chunk_means(self, rollouts: list):
         """Yield the flat float64 gradient (P,) of the mean training loss of each of
         ``probe.align_chunks`` equal chunks of ``rollouts`` (whole groups: they are stored
-        group by group), at the current weights."""
+        group by group), at the current weights; its (k,) count sketch under
+        ``probe.sketch_dim`` = k > 0 (inner products unbiased, theory.md 8.1.1), which a model
+        too large to hold 2 x align_chunks exact gradients needs."""
         run = self.prober.run
         params = [q for q in run.model.parameters() if q.requires_grad]
         for part in np.array_split(np.arange(len(rollouts)), self.cfg.probe.align_chunks):
@@ -76,7 +78,7 @@ class AlignProbe:
                                      self.cfg.sampler.temperature)
             loss = policy_loss(logp, batch, **run.loss_kwargs).mean()
             grads = torch.autograd.grad(loss, params)
-            yield torch.cat([gr.reshape(-1) for gr in grads]).double()
+            yield self.prober.project.rows([gr[None] for gr in grads])[0].double()
 
     def measure(self, step: int) -> None:
         """Birth and/or measure the align panels due at ``step`` (weights theta_step, before

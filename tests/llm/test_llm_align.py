@@ -97,3 +97,19 @@ def test_align_config_ranges():
         small_config("probe.align_groups=4", "probe.align_chunks=2", "trainer.loss=asymre")
     with pytest.raises(ValueError, match="probe.align_chunks"):
         small_config("probe.align_chunks=1")
+
+
+def test_sketched_chunk_means_keep_their_inner_products(tmp_path):
+    """Under probe.sketch_dim the chunk means are count sketches whose inner products match
+    the exact ones within the sketch's error (theory.md 8.1.1)."""
+    from llm_experiments.engines.experiment import Experiment
+    from llm_experiments.probing.align import AlignProbe
+    exact, sketched = (Experiment(small_config(*ARGS, *ALIGN, *extra), str(tmp_path / name))
+                       for name, extra in (("e", []), ("s", ["probe.sketch_dim=4096"])))
+    rollouts = AlignProbe(exact.prober)._fresh(4, np.random.default_rng(0))
+    a, b = list(AlignProbe(exact.prober)._chunk_means(rollouts))
+    sa, sb = list(AlignProbe(sketched.prober)._chunk_means(rollouts))
+    assert sa.shape == (4096,) and a.shape[0] > 4096
+    rel = np.sqrt(2 / 4096) * float(a.norm() * b.norm())
+    assert abs(float(sa @ sb) - float(a @ b)) < 4 * rel
+    assert float(sa @ sa) == pytest.approx(float(a @ a), rel=4 * np.sqrt(2 / 4096))
