@@ -68,11 +68,11 @@ class GraphedDecoder:
         self.graphs: dict = {}
 
     def start(self, prompts, max_new: int, pad_id: int, device) -> "GraphedDecoder":
-        """Ready a call on ``prompts`` (n token-id lists) with ``max_new`` >= 1 new tokens;
-        returns self."""
+        """Ready a call on ``prompts`` (n token-id lists) with ``max_new`` >= 1 new tokens on
+        ``device``; returns self."""
         n, w = len(prompts), max(len(p) for p in prompts)
         if self.shape is None or self.shape[0] != n or self.shape[2] != max_new or \
-                self.shape[1] < w:
+                self.shape[1] < w or self.columns.device != torch.device(device):
             # The width never shrinks: a call that follows a longer prompt reuses the cache.
             width = max(_round_up(w, WIDTH_BLOCK), self.shape[1] if self.shape else 0)
             self._allocate(n, width, max_new, device)
