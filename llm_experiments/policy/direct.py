@@ -147,9 +147,9 @@ class DecodeCache:
         a = base.layers[0].self_attn
         shape = (rows, a.k_proj.out_features // a.head_dim, columns, a.head_dim)
         dtype = base.embed_tokens.weight.dtype
-        return cls([fill(shape, dtype=dtype, device=device) for _ in base.layers],
-                   [fill(shape, dtype=dtype, device=device) for _ in base.layers],
-                   torch.ones((rows, columns), dtype=torch.bool, device=device))
+        return cls(keys=[fill(shape, dtype=dtype, device=device) for _ in base.layers],
+                   values=[fill(shape, dtype=dtype, device=device) for _ in base.layers],
+                   valid=torch.ones((rows, columns), dtype=torch.bool, device=device))
 
 
 class StaticDecoder:
