@@ -67,3 +67,9 @@ def test_the_interval_covers_the_truth_at_about_its_level():
 def test_no_align_rows_is_a_clear_error():
     with pytest.raises(ValueError, match="probe.align_groups"):
         fit_align(ProbeSet())
+
+
+def test_a_bad_bootstrap_count_names_it():
+    rows = synthetic_rows({(0, 0): 1.0}, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="n_boot"):
+        fit_align(probe_set(rows), n_boot=0)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import checks
 from .calibrate import _boot_weights, _interval
 from .probes import UNIT_SEQUENCE, ProbeSet
 
@@ -191,11 +192,22 @@ class AlignFit:
                 "by_birth": {str(b): c.to_dict() for b, c in self.by_birth.items()}}
 
 
-def _align_measurements(t: dict, n_boot: int, rng) -> list[tuple]:
-    """Per measurement (run, probe step, birth): (birth, gap, numerator replicates (B + 1,),
-    denominator replicates (B + 1,)), replicate 0 the data. A replicate resamples the panel's
-    chunks and the reference's chunks (the latter jointly in numerator and denominator); a
-    pair of one reference chunk with itself never counts toward ||grad F||^2."""
+@dataclass(frozen=True)
+class _AlignMeasurement:
+    """One align measurement (run, probe step, birth): its birth and gap (steps) and the
+    bootstrap replicates (B + 1,) of its numerator <m, r> and denominator ||grad F||^2,
+    replicate 0 the data."""
+
+    birth: float
+    gap: float
+    num: np.ndarray
+    den: np.ndarray
+
+
+def _align_measurements(t: dict, n_boot: int, rng) -> list[_AlignMeasurement]:
+    """The ``align`` table's measurements. A replicate resamples the panel's chunks and the
+    reference's chunks (the latter jointly in numerator and denominator); a pair of one
+    reference chunk with itself never counts toward ||grad F||^2."""
     run = t.get("run", np.zeros(len(t["value"])))
     keys = np.stack([run, t["probe_step"], t["birth_step"]], axis=1)
     out = []
@@ -214,7 +226,8 @@ def _align_measurements(t: dict, n_boot: int, rng) -> list[tuple]:
         pairs = (v.sum(1) ** 2 - (v ** 2).sum(1)) / 2  # distinct-chunk pairs drawn
         with np.errstate(divide="ignore", invalid="ignore"):  # one chunk drawn: no pair, NaN
             den = np.einsum("ba,ac,bc->b", v, g, v) / pairs  # g holds a < c only
-        out.append((float(key[2]), float(key[1] - key[2]), num, den))
+        out.append(_AlignMeasurement(birth=float(key[2]), gap=float(key[1] - key[2]),
+                                     num=num, den=den))
     return out
 
 
@@ -224,18 +237,19 @@ def fit_align(probes: ProbeSet, *, n_boot: int = 400, seed: int = 0) -> AlignFit
     t = probes.tables["align"]
     if not len(t["value"]):
         raise ValueError("probes.align has no rows: run with probe.align_groups > 0")
+    checks.integer("n_boot", n_boot, 1)
     meas = _align_measurements(t, n_boot, np.random.default_rng(seed))
-    gaps = sorted({gap for _, gap, _, _ in meas})
+    gaps = sorted({m.gap for m in meas})
 
-    def curve(chosen) -> Curve:
-        reps = np.stack([sum(num for b, gp, num, _ in chosen if gp == gap)
-                         / sum(den for b, gp, _, den in chosen if gp == gap) for gap in gaps], 1)
+    def curve(chosen: list[_AlignMeasurement]) -> Curve:
+        # a ratio of sums: measurements with a larger ||grad F||^2 weigh more
+        reps = np.stack([sum(m.num for m in chosen if m.gap == gap)
+                         / sum(m.den for m in chosen if m.gap == gap) for gap in gaps], 1)
         return _curve(gaps, reps)
-    births = sorted({b for b, _, _, _ in meas})
     by_birth = {}
-    for birth in births:
-        chosen = [x for x in meas if x[0] == birth]
-        if {gp for _, gp, _, _ in chosen} == set(gaps):
+    for birth in sorted({m.birth for m in meas}):
+        chosen = [m for m in meas if m.birth == birth]
+        if {m.gap for m in chosen} == set(gaps):  # a birth measured at every gap
             by_birth[int(birth)] = curve(chosen)
     return AlignFit(pooled=curve(meas), by_birth=by_birth,
                     n_seq=int(np.median(t["n_seq"][t["part"] == 0])))
