@@ -170,3 +170,12 @@ def test_align_runs_need_the_align_worth():
     with pytest.raises(ValueError, match="--align-runs needs --worth align"):
         register({"steps": 100, "horizons": [1, 2]}, 50, [], name="w", worth="kept",
                  align_dirs=ALIGN_RUNS)
+
+
+def test_align_runs_that_match_nothing_name_the_option(capsys, tmp_path):
+    from llm_experiments.study.window_predict import main
+    base = next(p for p in WINDOWS if "horizon_g4_T30" in p)
+    code = main(["--base", base, "--steps", "30", "--panels", str(tmp_path), "--name", "w",
+                 "--worth", "align", "--align-runs", str(tmp_path / "none*"),
+                 "--out", str(tmp_path / "out")])
+    assert code == 2 and "--align-runs matches no run folder" in capsys.readouterr().err

@@ -87,11 +87,12 @@ def judged_variants(preds: dict) -> dict:
             "asymptotic": {k: xy(p["section5"]) for k, p in preds.items()}}
 
 
-def panel_dirs(patterns: list[str]) -> list[str]:
-    """The run folders the ``--panels`` patterns (globs) match, sorted; ValueError if none."""
+def panel_dirs(patterns: list[str], option: str = "--panels") -> list[str]:
+    """The run folders the ``option`` patterns (globs) match, sorted; ValueError naming
+    ``option`` if none."""
     dirs = sorted({d for pat in patterns for d in glob.glob(pat)})
     if not dirs:
-        raise ValueError(f"--panels matches no run folder: {patterns}")
+        raise ValueError(f"{option} matches no run folder: {patterns}")
     return dirs
 
 

@@ -111,7 +111,7 @@ def phase_fits(probes: ProbeSet, n_boot: int = 400) -> list[PhaseFit]:
     return out
 
 
-def with_align(fit: PanelFit, birth: float, align: AlignFit | None) -> PanelFit:
+def with_align(fit: PanelFit, birth: float | None, align: AlignFit | None) -> PanelFit:
     """``fit`` with its align curve from the large align panels (theory.md 11.15): the curve
     of the align birth nearest ``birth`` (None: the pooled curve); ``fit`` itself without
     ``align``."""
@@ -197,7 +197,8 @@ def main(argv=None) -> int:
         with open(a.base) as fh:
             base = json.load(fh)
         reg = register(base, a.steps, dirs, name=a.name, note=a.note, worth=a.worth,
-                       align_dirs=panel_dirs(a.align_runs) if a.align_runs else ())
+                       align_dirs=panel_dirs(a.align_runs, "--align-runs") if a.align_runs
+                       else ())
     except (ValueError, OSError, KeyError) as exc:
         return p.report(exc)
     path = os.path.join(a.out, "prediction.json")
