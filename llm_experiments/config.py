@@ -30,6 +30,7 @@ from replaytheory import checks
 from replaytheory.buffer import (GROUP_MODES, REPLACING, SAMPLING_MODES, check_growth,
                                  positive_part)
 from replaytheory.cli_input import BadInput, file_label, kind_name, read_text
+from replaytheory.fit.probes import ALIGN_VARIANTS
 
 from .engines import ENGINES
 from .engines.ray_plan import chunk_groups, lifo_min_capacity
@@ -130,6 +131,18 @@ def _int_list(default: list, lo: int):
             raise ValueError(f"{key} must be a list of {checks.integer_range(lo)}, got "
                              f"{value!r}")
         return [checks.integer(f"{key}[{i}]", x, lo) for i, x in enumerate(value)]
+    return _field(default, check)
+
+
+def _choice_list(default: list, allowed):
+    """A list of distinct members of ``allowed``."""
+    def check(key, value):
+        if isinstance(value, (list, tuple)):
+            chosen = [checks.choice(f"{key}[{i}]", x, allowed) for i, x in enumerate(value)]
+            if len(set(chosen)) == len(chosen):
+                return chosen
+        raise ValueError(f"{key} must be a list of distinct members of {list(allowed)}, got "
+                         f"{value!r}")
     return _field(default, check)
 
 
@@ -567,6 +580,10 @@ class ProbeConfig(_Section):
     panels, through the mean gradients of align_chunks chunks of whole groups against a
     reference of align_ref_groups fresh groups in as many chunks (align_groups and
     align_ref_groups multiples of align_chunks >= 2); needs a loss with an importance ratio.
+    align_variants: losses besides the training loss whose panel gradients the align probe
+    also measures, on the same chunks (``replaytheory.fit.probes.ALIGN_VARIANTS``: "unclipped"
+    keeps the importance ratio without the clip, "ratio_one" drops both); non-empty also
+    writes each panel chunk's clip fraction and importance ratios (``align_stats``).
     sketch_dim: 0 = exact gradients (the default); k >= 1 = the probes keep count sketches of
     k dimensions of every gradient instead (unbiased inner products and squared norms, relative
     standard deviation <= sqrt(2 / k); theory.md section 8.1.1).
@@ -589,6 +606,7 @@ class ProbeConfig(_Section):
     align_groups: int = _int(0, 0)
     align_ref_groups: int = _int(1024, 2)
     align_chunks: int = _int(32, 2)
+    align_variants: list = _choice_list([], ALIGN_VARIANTS)
     sketch_dim: int = _int(0, 0, 2**31 - 2)  # count-sketch hash modulus 2^31 - 1 (sketch.py)
 
     def check(self) -> None:

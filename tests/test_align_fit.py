@@ -1,17 +1,20 @@
 """align(g) from the ``align`` table (theory.md section 11.15, ``panel_fit.fit_align``) on
 synthetic panels whose align is known: the estimate is consistent and its bootstrap interval
-covers the truth at about its level."""
+covers the truth at about its level; a variant loss's align and its paired change."""
 
 import numpy as np
 import pytest
 
-from replaytheory.fit.panel_fit import fit_align
-from replaytheory.fit.probes import ProbeSet
+from replaytheory.fit.panel_fit import align_change, fit_align
+from replaytheory.fit.probes import ProbeSet, align_part
 
 
-def synthetic_rows(truth: dict, rng, *, dim=40, chunks=16, noise=2.0, run=0) -> dict:
+def synthetic_rows(truth: dict, rng, *, dim=40, chunks=16, noise=2.0, run=0,
+                   variant: float | None = None) -> dict:
     """Align rows of measurements (birth, gap) -> true align: reference chunks r_a = grad F +
-    noise, panel chunks m_k = align x grad F + noise, grad F drawn per measurement."""
+    noise, panel chunks m_k = align x grad F + noise, grad F drawn per measurement; with
+    ``variant``, "ratio_one" rows of chunks (align + variant) x grad F + the same noise
+    (the same chunks under another loss) + a tenth of it again."""
     rows = {c: [] for c in ("probe_step", "birth_step", "gap", "part", "chunk", "other",
                             "value", "n_seq", "run")}
 
@@ -26,6 +29,12 @@ def synthetic_rows(truth: dict, rng, *, dim=40, chunks=16, noise=2.0, run=0) -> 
         for k in range(chunks):
             for a in range(chunks):
                 add(**base, part=0, chunk=k, other=a, value=panel[k] @ ref[a], n_seq=64)
+        if variant is not None:
+            other = panel + variant * grad + 0.1 * noise * rng.normal(size=(chunks, dim))
+            for k in range(chunks):
+                for a in range(chunks):
+                    add(**base, part=align_part("ratio_one"), chunk=k, other=a,
+                        value=other[k] @ ref[a], n_seq=64)
         for a in range(chunks):
             for b in range(a + 1, chunks):
                 add(**base, part=1, chunk=a, other=b, value=ref[a] @ ref[b], n_seq=64)
@@ -73,3 +82,38 @@ def test_a_bad_bootstrap_count_names_it():
     rows = synthetic_rows({(0, 0): 1.0}, np.random.default_rng(0))
     with pytest.raises(ValueError, match="n_boot"):
         fit_align(probe_set(rows), n_boot=0)
+
+
+def test_a_variant_and_its_paired_change():
+    """The ratio_one rows' align is the truth plus the variant's shift; the paired change
+    covers the shift with an interval much narrower than the two curves' own, and a birth
+    filter keeps only its births."""
+    truth = {(0, 4): 0.7, (50, 4): 0.7, (0, 0): 1.0, (50, 0): 1.0}
+    fits, changes = [], []
+    for seed in range(20):
+        rows = synthetic_rows(truth, np.random.default_rng(seed), variant=-0.3)
+        probes = probe_set(rows)
+        fits.append((fit_align(probes, n_boot=200, seed=seed),
+                     fit_align(probes, variant="ratio_one", n_boot=200, seed=seed)))
+        changes.append(align_change(probes, "ratio_one", n_boot=200, seed=seed))
+    plain, varied = fits[0]
+    assert plain.pooled.gaps == varied.pooled.gaps == (0.0, 4.0)
+    assert np.mean([v.pooled.value[1] for _, v in fits]) == pytest.approx(0.4, abs=0.05)
+    assert sum(c.low[1] <= -0.3 <= c.high[1] for c in changes) >= 17
+    paired = np.median([c.high[1] - c.low[1] for c in changes])
+    alone = np.median([v.pooled.high[1] - v.pooled.low[1] for _, v in fits])
+    assert paired < 0.5 * alone
+    some = probe_set(synthetic_rows({(0, 0): 1.0, (0, 4): 0.7, (50, 0): 1.0},
+                                    np.random.default_rng(0), variant=-0.3))
+    assert align_change(some, "ratio_one").gaps == (0.0, 4.0)
+    assert align_change(some, "ratio_one", births=[50]).gaps == (0.0,)
+    with pytest.raises(ValueError, match="births"):
+        align_change(probes, "ratio_one", births=[7])
+
+
+def test_variant_rows_that_were_not_measured_are_a_clear_error():
+    probes = probe_set(synthetic_rows({(0, 0): 1.0}, np.random.default_rng(0)))
+    with pytest.raises(ValueError, match="probe.align_variants"):
+        fit_align(probes, variant="unclipped")
+    with pytest.raises(ValueError, match="variant must be one of"):
+        align_part("clipped")

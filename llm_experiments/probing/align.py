@@ -16,6 +16,11 @@ chunks:
 * ``reference`` rows (part 1), one per pair a < b of reference chunks: <r_a, r_b>, an unbiased
   estimate of ||grad F||^2 (independent chunks).
 
+* with ``probe.align_variants``, panel rows under each variant loss (part 2 + its index in
+  ``ALIGN_VARIANTS``: the importance ratio without the clip, or neither), from the same
+  forward pass, and one ``align_stats`` row per panel chunk (clip fraction, importance
+  ratios): what separates the ratio's and the clip's part in align from the rollouts' own.
+
 align(g) is the ratio of their means; panel chunks and reference chunks are the units a
 bootstrap resamples (``replaytheory.fit.panel_fit.fit_align``), the reference's jointly in
 both means, since its noise enters both. Rows go to the ``align`` probe table; the measure
@@ -27,10 +32,24 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..rl.losses import collate, policy_loss, token_logprobs
+from dataclasses import replace
+
+from replaytheory.fit.probes import ALIGN_PANEL, ALIGN_REFERENCE, align_part
+
+from ..rl.losses import collate, loss_stats, policy_loss, token_logprobs
 from ..engines.seeds import ALIGN_STREAM, derived_seed
 
-PART_PANEL, PART_REFERENCE = 0, 1
+
+def variant_losses(logp, batch, loss_kwargs: dict, variants) -> list:
+    """Per-sequence losses (n,): the training loss's (``loss_kwargs``), then each variant's
+    (``ALIGN_VARIANTS``): "unclipped", the importance-weighted loss without its clip;
+    "ratio_one", the same with the ratio held at 1 (gradient -A grad log pi per token)."""
+    out = [policy_loss(logp, batch, **loss_kwargs)]
+    plain = {**loss_kwargs, "loss": "grpo_unclipped"}
+    for v in variants:
+        at = replace(batch, old_logp=logp.detach()) if v == "ratio_one" else batch
+        out.append(policy_loss(logp, at, **plain))
+    return out
 
 
 class AlignProbe:
@@ -64,21 +83,30 @@ class AlignProbe:
         made = pr.generate(problems, uniforms, pr.run.current_weights(), 0)
         return [r for grp in made for r in grp]
 
-    def _chunk_means(self, rollouts: list):
-        """Yield the flat float64 gradient (P,) of the mean training loss of each of
-        ``probe.align_chunks`` equal chunks of ``rollouts`` (whole groups: they are stored
-        group by group), at the current weights; its (k,) count sketch under
-        ``probe.sketch_dim`` = k > 0 (inner products unbiased, theory.md 8.1.1), which a model
-        too large to hold 2 x align_chunks exact gradients needs."""
+    def _chunk_means(self, rollouts: list, variants=()):
+        """Yield, for each of ``probe.align_chunks`` equal chunks of ``rollouts`` (whole
+        groups: they are stored group by group), the flat float64 gradients (P,) of the mean
+        training loss and of each of ``variants``' (``variant_losses``) at the current
+        weights, as a list, and the chunk's ``losses.loss_stats`` with its mean importance
+        ratio. Under ``probe.sketch_dim`` = k > 0 a gradient is its (k,) count sketch (inner
+        products unbiased, theory.md 8.1.1), which a model too large to hold 2 x align_chunks
+        exact gradients needs."""
         run = self.prober.run
+        kw = run.loss_kwargs
         params = [q for q in run.model.parameters() if q.requires_grad]
         for part in np.array_split(np.arange(len(rollouts)), self.cfg.probe.align_chunks):
             batch = collate([rollouts[i] for i in part], self.prober.pad_id, run.device)
             logp, _ = token_logprobs(run.model(input_ids=batch.input_ids).logits, batch,
                                      self.cfg.sampler.temperature)
-            loss = policy_loss(logp, batch, **run.loss_kwargs).mean()
-            grads = torch.autograd.grad(loss, params)
-            yield self.prober.project.rows([gr[None] for gr in grads])[0].double()
+            losses = variant_losses(logp, batch, run.loss_kwargs, variants)
+            grads = []
+            for i, loss in enumerate(losses):
+                g = torch.autograd.grad(loss.mean(), params, retain_graph=i < len(losses) - 1)
+                grads.append(self.prober.project.rows([gr[None] for gr in g])[0].double())
+            stats = loss_stats(logp.detach(), torch.zeros_like(logp), batch, kw["clip_low"],
+                               kw["clip_high"])
+            ratio = (logp.detach() - batch.old_logp)[batch.mask].double().exp()
+            yield grads, {**stats, "mean_ratio": float(ratio.mean())}
 
     def measure(self, step: int) -> None:
         """Birth and/or measure the align panels due at ``step`` (weights theta_step, before
@@ -89,19 +117,34 @@ class AlignProbe:
             self.panels[step] = self._fresh(p.align_groups, rng)
         due = [b for b in sorted(self.panels) if step - b in p.panel_gaps or step == b]
         if due:
-            ref = torch.stack(list(self._chunk_means(self._fresh(p.align_ref_groups, rng))))
+            ref = torch.stack([g[0] for g, _ in
+                               self._chunk_means(self._fresh(p.align_ref_groups, rng))])
             gram = (ref @ ref.T).cpu().numpy()
             a, b = np.triu_indices(len(gram), 1)
             n_ref = p.align_ref_groups * self.cfg.schedule.group_size
             for birth in due:
-                rollouts = self.panels[birth]
                 base = {"probe_step": step, "birth_step": birth, "gap": step - birth}
-                rows = [{**base, "part": PART_REFERENCE, "chunk": int(i), "other": int(j),
-                         "value": float(gram[i, j]), "n_seq": n_ref} for i, j in zip(a, b)]
-                for k, m in enumerate(self._chunk_means(rollouts)):
-                    rows += [{**base, "part": PART_PANEL, "chunk": k, "other": i,
-                              "value": float(v), "n_seq": len(rollouts)}
-                             for i, v in enumerate((ref @ m).cpu().numpy())]
-                self.prober.rows["align"].extend(rows)
+                self.prober.rows["align"].extend(
+                    {**base, "part": ALIGN_REFERENCE, "chunk": int(i), "other": int(j),
+                     "value": float(gram[i, j]), "n_seq": n_ref} for i, j in zip(a, b))
+                self._measure_panel(self.panels[birth], ref, base)
         last = max(p.panel_gaps)
         self.panels = {b: v for b, v in self.panels.items() if step - b < last}
+
+    def _measure_panel(self, rollouts: list, ref: torch.Tensor, base: dict) -> None:
+        """The panel rows of one measurement (``base``: probe_step, birth_step, gap) against
+        the reference chunks' mean gradients ``ref`` (chunks, P), under the training loss
+        and each of ``probe.align_variants``, and its ``align_stats`` rows with variants."""
+        variants = self.cfg.probe.align_variants
+        parts = [ALIGN_PANEL] + [align_part(v) for v in variants]
+        n_chunk = len(rollouts) // self.cfg.probe.align_chunks
+        for k, (grads, stats) in enumerate(self._chunk_means(rollouts, variants)):
+            for part, m in zip(parts, grads):
+                self.prober.rows["align"].extend(
+                    {**base, "part": part, "chunk": k, "other": i, "value": float(v),
+                     "n_seq": len(rollouts)} for i, v in enumerate((ref @ m).cpu().numpy()))
+            if variants:
+                self.prober.rows["align_stats"].append(
+                    {**base, "chunk": k, **{c: stats[c] for c in
+                     ("clip_fraction", "is_ess", "approx_kl", "mean_ratio")},
+                     "n_seq": n_chunk})

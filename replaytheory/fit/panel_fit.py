@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import checks
 from .calibrate import _boot_weights, _interval
-from .probes import UNIT_SEQUENCE, ProbeSet
+from .probes import ALIGN_PANEL, ALIGN_REFERENCE, UNIT_SEQUENCE, ProbeSet, align_part
 
 MIN_PANELS = 2
 
@@ -195,34 +195,42 @@ class AlignFit:
 @dataclass(frozen=True)
 class _AlignMeasurement:
     """One align measurement (run, probe step, birth): its birth and gap (steps) and the
-    bootstrap replicates (B + 1,) of its numerator <m, r> and denominator ||grad F||^2,
-    replicate 0 the data."""
+    bootstrap replicates (B + 1,) of its numerator <m, r> under each requested panel part
+    (part -> replicates) and of its denominator ||grad F||^2, replicate 0 the data."""
 
     birth: float
     gap: float
-    num: np.ndarray
+    num: dict
     den: np.ndarray
 
 
-def _align_measurements(t: dict, n_boot: int, rng) -> list[_AlignMeasurement]:
-    """The ``align`` table's measurements. A replicate resamples the panel's chunks and the
-    reference's chunks (the latter jointly in numerator and denominator); a pair of one
+def _align_measurements(t: dict, n_boot: int, rng, parts) -> list[_AlignMeasurement]:
+    """The ``align`` table's measurements, with numerators for each panel part of ``parts``.
+    A replicate resamples the panel's chunks (the same draw for every part, so parts compare
+    paired) and the reference's chunks (jointly in numerators and denominator); a pair of one
     reference chunk with itself never counts toward ||grad F||^2."""
     run = t.get("run", np.zeros(len(t["value"])))
     keys = np.stack([run, t["probe_step"], t["birth_step"]], axis=1)
     out = []
     for key in np.unique(keys, axis=0):
         here = np.all(keys == key, axis=1)
-        panel = here & (t["part"] == 0)
-        ref = here & (t["part"] == 1)
-        n_k, n_a = int(t["chunk"][panel].max()) + 1, int(t["other"][panel].max()) + 1
-        m = np.zeros((n_k, n_a))
-        m[t["chunk"][panel].astype(int), t["other"][panel].astype(int)] = t["value"][panel]
+        ref = here & (t["part"] == ALIGN_REFERENCE)
+        panels = {p: here & (t["part"] == p) for p in parts}
+        if not all(rows.any() for rows in panels.values()):
+            raise ValueError(f"align measurement (run {key[0]:g}, step {key[1]:g}, birth "
+                             f"{key[2]:g}) lacks the panel rows of parts {list(parts)}: "
+                             f"measure with those probe.align_variants")
+        first = panels[parts[0]]
+        n_k, n_a = int(t["chunk"][first].max()) + 1, int(t["other"][first].max()) + 1
         g = np.zeros((n_a, n_a))
         g[t["chunk"][ref].astype(int), t["other"][ref].astype(int)] = t["value"][ref]
         w = np.vstack([np.ones(n_k), rng.multinomial(n_k, np.full(n_k, 1 / n_k), n_boot)])
         v = np.vstack([np.ones(n_a), rng.multinomial(n_a, np.full(n_a, 1 / n_a), n_boot)])
-        num = np.einsum("bk,ka,ba->b", w, m, v) / (n_k * n_a)
+        num = {}
+        for p, rows in panels.items():
+            m = np.zeros((n_k, n_a))
+            m[t["chunk"][rows].astype(int), t["other"][rows].astype(int)] = t["value"][rows]
+            num[p] = np.einsum("bk,ka,ba->b", w, m, v) / (n_k * n_a)
         pairs = (v.sum(1) ** 2 - (v ** 2).sum(1)) / 2  # distinct-chunk pairs drawn
         with np.errstate(divide="ignore", invalid="ignore"):  # one chunk drawn: no pair, NaN
             den = np.einsum("ba,ac,bc->b", v, g, v) / pairs  # g holds a < c only
@@ -231,25 +239,52 @@ def _align_measurements(t: dict, n_boot: int, rng) -> list[_AlignMeasurement]:
     return out
 
 
-def fit_align(probes: ProbeSet, *, n_boot: int = 400, seed: int = 0) -> AlignFit:
-    """align(g) per gap, pooled over births and per birth (``AlignFit``), from the ``align``
-    rows of ``probes`` (merged runs carry a ``run`` column); n_boot >= 1 replicates."""
+def _align_table(probes: ProbeSet, n_boot: int) -> dict:
     t = probes.tables["align"]
     if not len(t["value"]):
         raise ValueError("probes.align has no rows: run with probe.align_groups > 0")
     checks.integer("n_boot", n_boot, 1)
-    meas = _align_measurements(t, n_boot, np.random.default_rng(seed))
-    gaps = sorted({m.gap for m in meas})
+    return t
 
-    def curve(chosen: list[_AlignMeasurement]) -> Curve:
-        # a ratio of sums: measurements with a larger ||grad F||^2 weigh more
-        reps = np.stack([sum(m.num for m in chosen if m.gap == gap)
-                         / sum(m.den for m in chosen if m.gap == gap) for gap in gaps], 1)
-        return _curve(gaps, reps)
+
+def _pooled(meas: list[_AlignMeasurement], gaps: list, part: int) -> np.ndarray:
+    """Replicates (B + 1, gaps) of align(g) under ``part``: a ratio of sums, so measurements
+    with a larger ||grad F||^2 weigh more."""
+    return np.stack([sum(m.num[part] for m in meas if m.gap == gap)
+                     / sum(m.den for m in meas if m.gap == gap) for gap in gaps], 1)
+
+
+def fit_align(probes: ProbeSet, *, variant: str | None = None, n_boot: int = 400,
+              seed: int = 0) -> AlignFit:
+    """align(g) per gap, pooled over births and per birth (``AlignFit``), from the ``align``
+    rows of ``probes`` (merged runs carry a ``run`` column) under the training loss, or under
+    ``variant`` (one of ``probes.ALIGN_VARIANTS``, measured with ``probe.align_variants``);
+    n_boot >= 1 replicates."""
+    t = _align_table(probes, n_boot)
+    part = align_part(variant)
+    meas = _align_measurements(t, n_boot, np.random.default_rng(seed), [part])
+    gaps = sorted({m.gap for m in meas})
     by_birth = {}
     for birth in sorted({m.birth for m in meas}):
         chosen = [m for m in meas if m.birth == birth]
         if {m.gap for m in chosen} == set(gaps):  # a birth measured at every gap
-            by_birth[int(birth)] = curve(chosen)
-    return AlignFit(pooled=curve(meas), by_birth=by_birth,
-                    n_seq=int(np.median(t["n_seq"][t["part"] == 0])))
+            by_birth[int(birth)] = _curve(gaps, _pooled(chosen, gaps, part))
+    return AlignFit(pooled=_curve(gaps, _pooled(meas, gaps, part)), by_birth=by_birth,
+                    n_seq=int(np.median(t["n_seq"][t["part"] == ALIGN_PANEL])))
+
+
+def align_change(probes: ProbeSet, variant: str, *, births=None, n_boot: int = 400,
+                 seed: int = 0) -> Curve:
+    """align(g) under ``variant`` minus align(g) under the training loss, pooled over the
+    births in ``births`` (None = all), per gap, with a paired 95% bootstrap interval: both
+    are measured on the same chunks against the same reference (theory.md section 11.15),
+    and each replicate resamples them once for both."""
+    t = _align_table(probes, n_boot)
+    parts = [ALIGN_PANEL, align_part(variant)]
+    meas = _align_measurements(t, n_boot, np.random.default_rng(seed), parts)
+    if births is not None:
+        meas = [m for m in meas if m.birth in set(births)]
+        if not meas:
+            raise ValueError(f"births {list(births)} match no align measurement")
+    gaps = sorted({m.gap for m in meas})
+    return _curve(gaps, _pooled(meas, gaps, parts[1]) - _pooled(meas, gaps, parts[0]))

@@ -64,7 +64,13 @@ Tables and columns (units in brackets; every table may carry extra columns, kept
     ``llm_experiments.probing.align``). probe_step [t], birth_step [b], gap [t - b], part [0:
     <m_k, r_a>, panel chunk k's mean gradient at t against reference chunk a's; 1: <r_a, r_b>
     for reference chunks a < b], chunk [k, or a], other [a, or b], value, n_seq [sequences of
-    the panel, or of the reference].
+    the panel, or of the reference]; parts 2, 3, ...: part 0's inner products with the
+    panel's gradient under each loss of ``probe.align_variants`` (``ALIGN_VARIANTS``, part
+    2 + its index), the same chunks at the same weights.
+``align_stats`` (optional, written with ``probe.align_variants``): one row per align panel
+    chunk measured: probe_step, birth_step, gap, chunk, clip_fraction, is_ess, approx_kl [as
+    ``losses.loss_stats``, over the chunk's tokens], mean_ratio [mean importance ratio over
+    its tokens], n_seq [sequences in the chunk].
 An optional table absent from a file has no rows (files written before they existed load).
 
 Any table may carry ``run`` [id of the run]: a probe is one (run, probe_step), the unit that
@@ -102,12 +108,31 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "diversity": ("probe_step", "birth_step", "gap", "n_groups", "group_size", "mean_sq",
                   "within_inner", "across_inner", "ref_sq_error"),
     "align": ("probe_step", "birth_step", "gap", "part", "chunk", "other", "value", "n_seq"),
+    "align_stats": ("probe_step", "birth_step", "gap", "chunk", "clip_fraction", "is_ess",
+                    "approx_kl", "mean_ratio", "n_seq"),
 }
 # Tables a run writes only when the matching probes are on; a file without them has no rows
 # there, and ``save`` leaves them out when empty so that files of runs without them keep
 # their old content.
-OPTIONAL_TABLES = ("reuse", "contribution", "panel", "diversity", "align")
+OPTIONAL_TABLES = ("reuse", "contribution", "panel", "diversity", "align", "align_stats")
 UNIT_SEQUENCE, UNIT_GROUP = 0, 1
+# The ``align`` table's parts (theory.md section 11.15): the panel's inner products under the
+# training loss, the reference's own, then the panel's under each variant loss in turn:
+# "unclipped" keeps the importance ratio and drops the clip; "ratio_one" drops both (the
+# gradient of -A log pi at the current weights on the stale rollouts).
+ALIGN_PANEL, ALIGN_REFERENCE = 0, 1
+ALIGN_VARIANTS = ("unclipped", "ratio_one")
+
+
+def align_part(variant: str | None) -> int:
+    """The ``align`` table's part holding the panel rows of ``variant`` (one of
+    ``ALIGN_VARIANTS``; None = the training loss, part 0)."""
+    if variant is None:
+        return ALIGN_PANEL
+    if variant not in ALIGN_VARIANTS:
+        raise ValueError(f"variant must be one of {list(ALIGN_VARIANTS)} or None, got "
+                         f"{variant!r}")
+    return 2 + ALIGN_VARIANTS.index(variant)
 COUNT_KEYS = ("unique_rollouts", "samples_consumed", "workers", "trainers")
 
 

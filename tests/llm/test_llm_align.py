@@ -54,8 +54,8 @@ def test_a_chunk_mean_gradient_is_the_mean_of_its_sequences_gradients(tmp_path):
     probe = AlignProbe(exp.prober)
     rollouts = probe._fresh(4, np.random.default_rng(0))
     per = exp.prober.seq_grads(rollouts).double()
-    for k, mean in enumerate(probe._chunk_means(rollouts)):  # 2 chunks of 2 groups
-        torch.testing.assert_close(mean, per[8 * k:8 * (k + 1)].mean(0), rtol=1e-4,
+    for k, (grads, _) in enumerate(probe._chunk_means(rollouts)):  # 2 chunks of 2 groups
+        torch.testing.assert_close(grads[0], per[8 * k:8 * (k + 1)].mean(0), rtol=1e-4,
                                    atol=1e-7)
 
 
@@ -107,9 +107,79 @@ def test_sketched_chunk_means_keep_their_inner_products(tmp_path):
     exact, sketched = (Experiment(small_config(*ARGS, *ALIGN, *extra), str(tmp_path / name))
                        for name, extra in (("e", []), ("s", ["probe.sketch_dim=4096"])))
     rollouts = AlignProbe(exact.prober)._fresh(4, np.random.default_rng(0))
-    a, b = list(AlignProbe(exact.prober)._chunk_means(rollouts))
-    sa, sb = list(AlignProbe(sketched.prober)._chunk_means(rollouts))
+    a, b = [g[0] for g, _ in AlignProbe(exact.prober)._chunk_means(rollouts)]
+    sa, sb = [g[0] for g, _ in AlignProbe(sketched.prober)._chunk_means(rollouts)]
     assert sa.shape == (4096,) and a.shape[0] > 4096
     rel = np.sqrt(2 / 4096) * float(a.norm() * b.norm())
     assert abs(float(sa @ sb) - float(a @ b)) < 4 * rel
     assert float(sa @ sa) == pytest.approx(float(a @ a), rel=4 * np.sqrt(2 / 4096))
+
+
+def test_variant_rows_beside_the_training_loss(align_run, tmp_path):
+    """With probe.align_variants both variants' panel rows sit beside the training loss's
+    (parts 2 and 3, as many rows as part 0 at every measurement), which stay bitwise those of
+    the run without variants; align_stats has one row per panel chunk measured; at gap 0
+    (fresh rollouts: ratio 1) the variants' inner products equal the training loss's, and
+    after updates "ratio_one" moves away from them."""
+    out = str(tmp_path / "variants")
+    run_experiment(small_config(*ARGS, *ALIGN, "probe.align_variants=[unclipped, ratio_one]"),
+                   out)
+    got = ProbeSet.load(os.path.join(out, "probes.npz")).tables
+    t, plain = got["align"], align_run[1].tables["align"]
+    for part in (0, 1):
+        for col in plain:
+            np.testing.assert_array_equal(t[col][t["part"] == part],
+                                          plain[col][plain["part"] == part], err_msg=col)
+    base = t["value"][t["part"] == 0]
+    for part in (2, 3):
+        rows = t["part"] == part
+        assert rows.sum() == base.size
+        gap0 = (t["gap"][rows] == 0)
+        np.testing.assert_allclose(t["value"][rows][gap0], base[gap0], rtol=1e-3,
+                                   atol=1e-6 * np.abs(base).max())
+    late = t["gap"][t["part"] == 3] > 0
+    assert not np.allclose(t["value"][t["part"] == 3][late], base[late], rtol=1e-3)
+    s = got["align_stats"]
+    assert len(s["chunk"]) == 6 * 2 and set(s["n_seq"]) == {8}
+    assert np.all((s["clip_fraction"] >= 0) & (s["clip_fraction"] <= 1))
+    fresh = s["gap"] == 0
+    np.testing.assert_allclose(s["mean_ratio"][fresh], 1.0, atol=1e-4)
+    assert np.all(s["clip_fraction"][fresh] == 0)
+    for variant in ("unclipped", "ratio_one"):
+        assert fit_align(ProbeSet(tables=got), variant=variant, n_boot=20).pooled.gaps == \
+            (0.0, 1.0, 3.0)
+
+
+def test_ratio_one_is_the_plain_policy_gradient():
+    """"ratio_one" holds the importance ratio at 1 but keeps its gradient: per token
+    -A grad log pi, averaged over each sequence's tokens like the training loss; "unclipped"
+    is the ratio-weighted loss without its clip."""
+    from llm_experiments.probing.align import variant_losses
+    from llm_experiments.rl.losses import TokenBatch
+    g = torch.Generator().manual_seed(0)
+    logp = torch.randn(3, 5, generator=g, dtype=torch.float64).requires_grad_()
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    batch = TokenBatch(targets=torch.zeros(3, 5, dtype=torch.long), mask=mask,
+                       old_logp=logp.detach() + 0.5 * torch.randn(3, 5, generator=g,
+                                                                  dtype=torch.float64),
+                       adv=torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64))
+    kw = {"loss": "grpo", "clip_low": 0.2, "clip_high": 0.2}
+    trained, unclipped, one = variant_losses(logp, batch, kw, ["unclipped", "ratio_one"])
+    per_token = mask.sum(-1)
+    want_one = -(batch.adv[:, None] * logp * mask).sum(-1) / per_token
+    ratio = torch.exp((logp - batch.old_logp) * mask)
+    want_unclipped = -(ratio * batch.adv[:, None] * mask).sum(-1) / per_token
+    for got, want in ((one, want_one), (unclipped, want_unclipped)):
+        a, = torch.autograd.grad(got.sum(), logp, retain_graph=True)
+        b, = torch.autograd.grad(want.sum(), logp, retain_graph=True)
+        torch.testing.assert_close(a, b)
+    a, = torch.autograd.grad(trained.sum(), logp, retain_graph=True)
+    b, = torch.autograd.grad(unclipped.sum(), logp, retain_graph=True)
+    assert not torch.allclose(a, b)  # ratios up to e^1.5 apart: the clip binds somewhere
+
+
+def test_align_variants_are_checked():
+    with pytest.raises(ValueError, match=r"probe.align_variants\[0\] must be one of"):
+        small_config("probe.align_variants=[clipped]")
+    with pytest.raises(ValueError, match="probe.align_variants must be a list of distinct"):
+        small_config("probe.align_variants=[ratio_one, ratio_one]")
