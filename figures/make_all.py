@@ -8,7 +8,8 @@ paired figures from the committed ``results/cpu_sweep/``; the diagnosis figure f
 predictions against the held-out goal (theory.md 10.9) in ``verdicts_goal.md``; the windows
 (``results/windows``, theory.md 11.12) in ``windows.md``; the growing horizon against fixed
 ones (``results/horizon_growth``, theory.md 11.14) in ``growth.md``; align(g) by phase
-(``results/horizon_align_large``, theory.md 11.15) in ``align.md``. A family
+(``results/horizon_align_large``, theory.md 11.15) in ``align.md``; the same under three
+losses (``results/horizon_align_ratio``, theory.md 11.16) in ``align_variants.md``. A family
 whose saved results are missing is reported and skipped so the others still build.
 """
 
@@ -84,8 +85,15 @@ def _align(out):
                       + ([] if out is None else ["--out", str(out)]))  # raises if absent
 
 
+def _align_variants(out):
+    from figures import align_variants
+    return align_variants.main(["--runs", str(RESULTS / "horizon_align_ratio" / "runs")]
+                               + ([] if out is None else ["--out", str(out)]))
+
+
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
-            "verdicts": _verdicts, "windows": _windows, "growth": _growth, "align": _align}
+            "verdicts": _verdicts, "windows": _windows, "growth": _growth, "align": _align,
+            "align_variants": _align_variants}
 
 
 def main(argv=None) -> int:

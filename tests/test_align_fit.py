@@ -10,11 +10,11 @@ from replaytheory.fit.probes import ProbeSet, align_part
 
 
 def synthetic_rows(truth: dict, rng, *, dim=40, chunks=16, noise=2.0, run=0,
-                   variant: float | None = None) -> dict:
+                   variants: dict | None = None) -> dict:
     """Align rows of measurements (birth, gap) -> true align: reference chunks r_a = grad F +
     noise, panel chunks m_k = align x grad F + noise, grad F drawn per measurement; with
-    ``variant``, "ratio_one" rows of chunks (align + variant) x grad F + the same noise
-    (the same chunks under another loss) + a tenth of it again."""
+    ``variants`` (name -> shift), each variant's rows of chunks (align + shift) x grad F +
+    the same noise (the same chunks under another loss) + a tenth of it again."""
     rows = {c: [] for c in ("probe_step", "birth_step", "gap", "part", "chunk", "other",
                             "value", "n_seq", "run")}
 
@@ -29,11 +29,11 @@ def synthetic_rows(truth: dict, rng, *, dim=40, chunks=16, noise=2.0, run=0,
         for k in range(chunks):
             for a in range(chunks):
                 add(**base, part=0, chunk=k, other=a, value=panel[k] @ ref[a], n_seq=64)
-        if variant is not None:
-            other = panel + variant * grad + 0.1 * noise * rng.normal(size=(chunks, dim))
+        for name, shift in (variants or {}).items():
+            other = panel + shift * grad + 0.1 * noise * rng.normal(size=(chunks, dim))
             for k in range(chunks):
                 for a in range(chunks):
-                    add(**base, part=align_part("ratio_one"), chunk=k, other=a,
+                    add(**base, part=align_part(name), chunk=k, other=a,
                         value=other[k] @ ref[a], n_seq=64)
         for a in range(chunks):
             for b in range(a + 1, chunks):
@@ -91,7 +91,7 @@ def test_a_variant_and_its_paired_change():
     truth = {(0, 4): 0.7, (50, 4): 0.7, (0, 0): 1.0, (50, 0): 1.0}
     fits, changes = [], []
     for seed in range(20):
-        rows = synthetic_rows(truth, np.random.default_rng(seed), variant=-0.3)
+        rows = synthetic_rows(truth, np.random.default_rng(seed), variants={"ratio_one": -0.3})
         probes = probe_set(rows)
         fits.append((fit_align(probes, n_boot=200, seed=seed),
                      fit_align(probes, variant="ratio_one", n_boot=200, seed=seed)))
@@ -104,7 +104,7 @@ def test_a_variant_and_its_paired_change():
     alone = np.median([v.pooled.high[1] - v.pooled.low[1] for _, v in fits])
     assert paired < 0.5 * alone
     some = probe_set(synthetic_rows({(0, 0): 1.0, (0, 4): 0.7, (50, 0): 1.0},
-                                    np.random.default_rng(0), variant=-0.3))
+                                    np.random.default_rng(0), variants={"ratio_one": -0.3}))
     assert align_change(some, "ratio_one").gaps == (0.0, 4.0)
     assert align_change(some, "ratio_one", births=[50]).gaps == (0.0,)
     with pytest.raises(ValueError, match="births"):

@@ -1,0 +1,48 @@
+"""align(g) under three losses (figures.align_variants, theory.md 11.16) from saved align
+probes with variant rows and chunk statistics: each loss's align and the paired changes read
+back, per birth and pooled, and the chunk statistics averaged per gap."""
+
+import json
+
+import numpy as np
+import pytest
+
+from figures import align_variants
+from test_align_fit import synthetic_rows
+from replaytheory.fit.probes import SCHEMA, ProbeSet
+
+
+def _stats(truth: dict, chunks=16) -> dict:
+    """align_stats rows: a clip fraction of gap / 100 and a mean ratio of 1 + gap / 1000."""
+    rows = {c: [] for c in SCHEMA["align_stats"]}
+    for birth, gap in truth:
+        for k in range(chunks):
+            for c, v in dict(probe_step=birth + gap, birth_step=birth, gap=gap, chunk=k,
+                             clip_fraction=gap / 100, is_ess=1.0, approx_kl=0.0,
+                             mean_ratio=1 + gap / 1000, n_seq=4).items():
+                rows[c].append(v)
+    return {c: np.array(v, float) for c, v in rows.items()}
+
+
+def test_three_losses_and_their_changes_read_back(tmp_path):
+    truth = {(0, 0): 1.0, (0, 4): 1.5, (100, 0): 1.0, (100, 4): 1.2}
+    shifts = {"unclipped": 0.2, "ratio_one": -0.5}
+    for run in (0, 1):
+        rows = synthetic_rows(truth, np.random.default_rng(run), noise=0.05, variants=shifts)
+        rows.pop("run")
+        folder = tmp_path / "runs" / f"seed={run}"
+        folder.mkdir(parents=True)
+        ProbeSet(tables={"align": {c: np.array(v, float) for c, v in rows.items()},
+                         "align_stats": _stats(truth)}).save(str(folder / "probes.npz"))
+    paths = align_variants.main(["--runs", str(tmp_path / "runs"), "--out",
+                                 str(tmp_path / "out")])
+    got = json.loads((tmp_path / "out" / "align_variants.json").read_text())
+    by_birth = got["align"]["ratio = 1"]["by_birth"]
+    assert np.allclose(by_birth["0"]["value"], [0.5, 1.0], atol=0.03)
+    assert np.allclose(by_birth["100"]["value"], [0.5, 0.7], atol=0.03)
+    assert np.allclose(got["change"]["unclipped"]["pooled"]["value"], 0.2, atol=0.03)
+    assert np.allclose(got["change"]["ratio_one"]["100"]["value"], -0.5, atol=0.03)
+    assert got["chunk_stats"]["pooled"]["4"]["clip_fraction"] == pytest.approx(0.04)
+    assert got["chunk_stats"]["100"]["4"]["mean_ratio"] == pytest.approx(1.004)
+    text = (tmp_path / "out" / "align_variants.md").read_text()
+    assert "| ratio = 1 | 0.50" in text and "2 runs" in text and len(paths) == 4
