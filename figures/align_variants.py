@@ -94,7 +94,8 @@ def draw(f: dict):
                         yerr=[np.subtract(c.value, c.low), np.subtract(c.high, c.value)],
                         fmt="o-", color=colour, capsize=2, ms=3, label=name)
         ax.axhline(1.0, color="0.6", lw=0.8)
-        ax.set(title=f"born at {birth}", xlabel="gap g (updates)", xscale="symlog")
+        ax.set(title=f"born at {birth}", xlabel="gap g (updates)", xscale="symlog",
+               xlim=(-0.3, 1.3 * max(fit.by_birth[birth].gaps)))
     np.atleast_1d(axes)[0].set_ylabel("align(g)")
     np.atleast_1d(axes)[0].legend(fontsize=6)
     return fig

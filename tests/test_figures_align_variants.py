@@ -46,3 +46,24 @@ def test_three_losses_and_their_changes_read_back(tmp_path):
     assert got["chunk_stats"]["100"]["4"]["mean_ratio"] == pytest.approx(1.004)
     text = (tmp_path / "out" / "align_variants.md").read_text()
     assert "| ratio = 1 | 0.50" in text and "2 runs" in text and len(paths) == 4
+
+
+def test_the_committed_variant_runs_reproduce_the_align_runs():
+    """theory.md 11.16's registered check 0: the training loss's and the reference's rows of
+    results/horizon_align_ratio equal results/horizon_align_large's, bit for bit, at every
+    measurement the two share (same runs, seeds and code path)."""
+    from figures import align
+    results = align.RUNS.parents[1]
+    for seed in (2, 3):
+        new, old = (ProbeSet.load(str(next((results / name / "runs").glob(
+            f"seed={seed}_*/probes.npz")))).tables["align"]
+            for name in ("horizon_align_ratio", "horizon_align_large"))
+
+        def keyed(t):
+            cols = ("probe_step", "birth_step", "part", "chunk", "other")
+            return {tuple(t[c][i] for c in cols): t["value"][i]
+                    for i in range(len(t["value"])) if t["part"][i] in (0, 1)}
+        a, b = keyed(new), keyed(old)
+        shared = set(a) & set(b)
+        assert len(shared) == 22_800
+        assert all(a[k] == b[k] for k in shared)
