@@ -1,5 +1,5 @@
 """A stale rollout's worth through grad F by phase (theory.md 11.15): align(g) of the align panels
-in ``results/horizon_align_large/runs`` (``replaytheory.fit.panel_fit.fit_align``), and the
+in ``results/horizon_align_large/runs`` (``replaytheory.fit.align_fit.fit_align``), and the
 development check of the finite-run model with that worth (``results/horizon_align_large/
 devcheck``, made by ``experiments/align_devcheck.sh``) beside the windows' registered model.
 
@@ -20,7 +20,7 @@ import numpy as np
 from figures import windows
 from figures.style import PALETTE, plt, save, write_text
 from llm_experiments.study.validation import load_probes
-from replaytheory.fit.panel_fit import AlignFit, fit_align
+from replaytheory.fit.align_fit import AlignFit, fit_align
 from replaytheory.fit.probes import ProbeSet
 
 RUNS = Path(__file__).resolve().parents[1] / "results" / "horizon_align_large" / "runs"

@@ -18,7 +18,7 @@ import numpy as np
 
 from figures import align
 from figures.style import PALETTE, plt, save, write_text
-from replaytheory.fit.panel_fit import align_change, fit_align
+from replaytheory.fit.align_fit import align_change, fit_align
 from replaytheory.fit.probes import ALIGN_VARIANTS, ProbeSet
 
 RUNS = Path(__file__).resolve().parents[1] / "results" / "horizon_align_ratio" / "runs"

@@ -584,6 +584,11 @@ class ProbeConfig(_Section):
     also measures, on the same chunks (``replaytheory.fit.probes.ALIGN_VARIANTS``: "unclipped"
     keeps the importance ratio without the clip, "ratio_one" drops both); non-empty also
     writes each panel chunk's clip fraction and importance ratios (``align_stats``).
+    align_moments: also write the inner products of the panel's chunk gradients with each
+    other and the reference chunks' squared norms (``align_pairs``), from which
+    ``replaytheory.fit.align_fit.fit_align_moments`` estimates the stale bias and noise by
+    gap (theory.md section 11.16); holds every panel chunk's gradient per loss at once
+    (with probe.sketch_dim, its sketch).
     sketch_dim: 0 = exact gradients (the default); k >= 1 = the probes keep count sketches of
     k dimensions of every gradient instead (unbiased inner products and squared norms, relative
     standard deviation <= sqrt(2 / k); theory.md section 8.1.1).
@@ -607,6 +612,7 @@ class ProbeConfig(_Section):
     align_ref_groups: int = _int(1024, 2)
     align_chunks: int = _int(32, 2)
     align_variants: list = _choice_list([], ALIGN_VARIANTS)
+    align_moments: bool = _flag(False)
     sketch_dim: int = _int(0, 0, 2**31 - 2)  # count-sketch hash modulus 2^31 - 1 (sketch.py)
 
     def check(self) -> None:

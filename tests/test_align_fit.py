@@ -1,11 +1,11 @@
-"""align(g) from the ``align`` table (theory.md section 11.15, ``panel_fit.fit_align``) on
+"""align(g) from the ``align`` table (theory.md section 11.15, ``align_fit.fit_align``) on
 synthetic panels whose align is known: the estimate is consistent and its bootstrap interval
 covers the truth at about its level; a variant loss's align and its paired change."""
 
 import numpy as np
 import pytest
 
-from replaytheory.fit.panel_fit import align_change, fit_align
+from replaytheory.fit.align_fit import align_change, fit_align
 from replaytheory.fit.probes import ProbeSet, align_part
 
 

@@ -56,8 +56,9 @@ def reuse_rows(n=3):
     diversity = {c: np.full(n, 3.0) for c in SCHEMA["diversity"]}
     align = {c: np.arange(n, dtype=float) - 1 for c in SCHEMA["align"]}
     stats = {c: np.linspace(0, 1, n) for c in SCHEMA["align_stats"]}
+    pairs = {c: np.arange(n, dtype=float) + 2 for c in SCHEMA["align_pairs"]}
     return {"reuse": table, "contribution": contrib, "panel": panel, "diversity": diversity,
-            "align": align, "align_stats": stats}
+            "align": align, "align_pairs": pairs, "align_stats": stats}
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".jsonl"])

@@ -149,7 +149,7 @@ ALIGN_RUNS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "res
 def test_large_align_panels_replace_each_phases_align_with_the_nearest_birth():
     """``with_align``: a phase takes the align curve of the align birth nearest its own, the
     pooled fit the pooled curve; without align panels the fit is untouched."""
-    from replaytheory.fit.panel_fit import fit_align
+    from replaytheory.fit.align_fit import fit_align
     from llm_experiments.study.validation import load_probes
     from llm_experiments.study.window_predict import with_align
     from test_horizon import synthetic_panels

@@ -14,25 +14,28 @@ chunks:
 * ``panel`` rows (part 0), one per (panel chunk k, reference chunk a): <m_k, r_a>, m_k the
   chunk's mean gradient at theta_t, r_a the reference chunk's;
 * ``reference`` rows (part 1), one per pair a < b of reference chunks: <r_a, r_b>, an unbiased
-  estimate of ||grad F||^2 (independent chunks).
-
+  estimate of ||grad F||^2 (independent chunks);
 * with ``probe.align_variants``, panel rows under each variant loss (part 2 + its index in
   ``ALIGN_VARIANTS``: the importance ratio without the clip, or neither), from the same
   forward pass, and one ``align_stats`` row per panel chunk (clip fraction, importance
-  ratios): what separates the ratio's and the clip's part in align from the rollouts' own.
+  ratios): what separates the ratio's and the clip's part in align from the rollouts' own
+  (theory.md 11.16);
+* with ``probe.align_moments``, ``align_pairs`` rows: <m_k, m_l> (k <= l) per loss and
+  ||r_a||^2, from which ``align_fit.fit_align_moments`` estimates the stale bias and the
+  per-sequence noise by gap.
 
 align(g) is the ratio of their means; panel chunks and reference chunks are the units a
-bootstrap resamples (``replaytheory.fit.panel_fit.fit_align``), the reference's jointly in
+bootstrap resamples (``replaytheory.fit.align_fit.fit_align``), the reference's jointly in
 both means, since its noise enters both. Rows go to the ``align`` probe table; the measure
 at the birth step itself (gap 0) checks the estimator against its known value 1.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
-
-from dataclasses import replace
 
 from replaytheory.fit.probes import ALIGN_PANEL, ALIGN_REFERENCE, align_part
 
@@ -123,10 +126,15 @@ class AlignProbe:
             a, b = np.triu_indices(len(gram), 1)
             n_ref = p.align_ref_groups * self.cfg.schedule.group_size
             for birth in due:
-                base = {"probe_step": step, "birth_step": birth, "gap": step - birth}
+                base = {"probe_step": step, "birth_step": birth, "gap": step - birth,
+                        "part": ALIGN_REFERENCE, "n_seq": n_ref}
                 self.prober.rows["align"].extend(
-                    {**base, "part": ALIGN_REFERENCE, "chunk": int(i), "other": int(j),
-                     "value": float(gram[i, j]), "n_seq": n_ref} for i, j in zip(a, b))
+                    {**base, "chunk": int(i), "other": int(j), "value": float(gram[i, j])}
+                    for i, j in zip(a, b))
+                if p.align_moments:
+                    self.prober.rows["align_pairs"].extend(
+                        {**base, "chunk": i, "other": i, "value": float(gram[i, i])}
+                        for i in range(len(gram)))
                 self._measure_panel(self.panels[birth], ref, base)
         last = max(p.panel_gaps)
         self.panels = {b: v for b, v in self.panels.items() if step - b < last}
@@ -134,17 +142,29 @@ class AlignProbe:
     def _measure_panel(self, rollouts: list, ref: torch.Tensor, base: dict) -> None:
         """The panel rows of one measurement (``base``: probe_step, birth_step, gap) against
         the reference chunks' mean gradients ``ref`` (chunks, P), under the training loss
-        and each of ``probe.align_variants``, and its ``align_stats`` rows with variants."""
-        variants = self.cfg.probe.align_variants
-        parts = [ALIGN_PANEL] + [align_part(v) for v in variants]
-        n_chunk = len(rollouts) // self.cfg.probe.align_chunks
-        for k, (grads, stats) in enumerate(self._chunk_means(rollouts, variants)):
+        and each of ``probe.align_variants``; its ``align_stats`` rows with variants, and
+        with ``probe.align_moments`` its ``align_pairs`` rows (every chunk's gradients held
+        until the last chunk is done)."""
+        p = self.cfg.probe
+        parts = [ALIGN_PANEL] + [align_part(v) for v in p.align_variants]
+        base = {**base, "n_seq": len(rollouts)}
+        held = {part: [] for part in parts}
+        for k, (grads, stats) in enumerate(self._chunk_means(rollouts, p.align_variants)):
             for part, m in zip(parts, grads):
                 self.prober.rows["align"].extend(
-                    {**base, "part": part, "chunk": k, "other": i, "value": float(v),
-                     "n_seq": len(rollouts)} for i, v in enumerate((ref @ m).cpu().numpy()))
-            if variants:
+                    {**base, "part": part, "chunk": k, "other": i, "value": float(v)}
+                    for i, v in enumerate((ref @ m).cpu().numpy()))
+                if p.align_moments:
+                    held[part].append(m)
+            if p.align_variants:
                 self.prober.rows["align_stats"].append(
                     {**base, "chunk": k, **{c: stats[c] for c in
                      ("clip_fraction", "is_ess", "approx_kl", "mean_ratio")},
-                     "n_seq": n_chunk})
+                     "n_seq": len(rollouts) // p.align_chunks})
+        if p.align_moments:
+            for part, chunks in held.items():
+                m = torch.stack(chunks)
+                gram = (m @ m.T).cpu().numpy()
+                self.prober.rows["align_pairs"].extend(
+                    {**base, "part": part, "chunk": int(i), "other": int(j),
+                     "value": float(gram[i, j])} for i, j in zip(*np.triu_indices(len(m))))

@@ -32,7 +32,8 @@ import numpy as np
 
 from replaytheory.checks import choice
 from replaytheory.cli_input import Parser, existing_file, output_dir
-from replaytheory.fit.panel_fit import MIN_PANELS, AlignFit, PanelFit, fit_align, fit_panels
+from replaytheory.fit.align_fit import AlignFit, fit_align
+from replaytheory.fit.panel_fit import MIN_PANELS, PanelFit, fit_panels
 from replaytheory.fit.probes import ProbeSet
 from replaytheory.io import write_json
 from replaytheory.model import horizon as hz

@@ -71,6 +71,9 @@ Tables and columns (units in brackets; every table may carry extra columns, kept
     chunk measured: probe_step, birth_step, gap, chunk, clip_fraction, is_ess, approx_kl [as
     ``losses.loss_stats``, over the chunk's tokens], mean_ratio [mean importance ratio over
     its tokens], n_seq [sequences in the chunk].
+``align_pairs`` (optional, written with ``probe.align_moments``): per align measurement, the
+    same columns as ``align``: parts 0, 2, 3, ...: <m_k, m_l> for panel chunks k <= l under
+    that part's loss; part 1: ||r_a||^2 (chunk = other = a) for the reference chunks.
 An optional table absent from a file has no rows (files written before they existed load).
 
 Any table may carry ``run`` [id of the run]: a probe is one (run, probe_step), the unit that
@@ -108,13 +111,16 @@ SCHEMA: dict[str, tuple[str, ...]] = {
     "diversity": ("probe_step", "birth_step", "gap", "n_groups", "group_size", "mean_sq",
                   "within_inner", "across_inner", "ref_sq_error"),
     "align": ("probe_step", "birth_step", "gap", "part", "chunk", "other", "value", "n_seq"),
+    "align_pairs": ("probe_step", "birth_step", "gap", "part", "chunk", "other", "value",
+                    "n_seq"),
     "align_stats": ("probe_step", "birth_step", "gap", "chunk", "clip_fraction", "is_ess",
                     "approx_kl", "mean_ratio", "n_seq"),
 }
 # Tables a run writes only when the matching probes are on; a file without them has no rows
 # there, and ``save`` leaves them out when empty so that files of runs without them keep
 # their old content.
-OPTIONAL_TABLES = ("reuse", "contribution", "panel", "diversity", "align", "align_stats")
+OPTIONAL_TABLES = ("reuse", "contribution", "panel", "diversity", "align", "align_pairs",
+                   "align_stats")
 UNIT_SEQUENCE, UNIT_GROUP = 0, 1
 # The ``align`` table's parts (theory.md section 11.15): the panel's inner products under the
 # training loss, the reference's own, then the panel's under each variant loss in turn:

@@ -11,7 +11,7 @@ import torch
 from llm_helpers import small_config
 from llm_experiments.engines.experiment import run_experiment
 from llm_experiments.engines.metrics import TIMING_KEYS, read_jsonl
-from replaytheory.fit.panel_fit import fit_align
+from replaytheory.fit.align_fit import fit_align
 from replaytheory.fit.probes import ProbeSet
 
 ALIGN = ["probe.align_groups=4", "probe.align_chunks=2", "probe.align_ref_groups=6",
@@ -122,8 +122,8 @@ def test_variant_rows_beside_the_training_loss(align_run, tmp_path):
     (fresh rollouts: ratio 1) the variants' inner products equal the training loss's, and
     after updates "ratio_one" moves away from them."""
     out = str(tmp_path / "variants")
-    run_experiment(small_config(*ARGS, *ALIGN, "probe.align_variants=[unclipped, ratio_one]"),
-                   out)
+    run_experiment(small_config(*ARGS, *ALIGN, "probe.align_variants=[unclipped, ratio_one]",
+                                "probe.align_moments=true"), out)
     got = ProbeSet.load(os.path.join(out, "probes.npz")).tables
     t, plain = got["align"], align_run[1].tables["align"]
     for part in (0, 1):
@@ -148,6 +148,32 @@ def test_variant_rows_beside_the_training_loss(align_run, tmp_path):
     for variant in ("unclipped", "ratio_one"):
         assert fit_align(ProbeSet(tables=got), variant=variant, n_boot=20).pooled.gaps == \
             (0.0, 1.0, 3.0)
+    _check_pairs(got)
+
+
+def _check_pairs(got):
+    """align_pairs with probe.align_moments: per measurement and loss the 3 pairs k <= l of
+    2 panel chunks, and the 2 reference chunks' squared norms; Gram matrices (Cauchy-Schwarz
+    holds); at gap 0 every loss's panel Gram equals the training loss's; the moments fit."""
+    from replaytheory.fit.align_fit import fit_align_moments
+    t = got["align_pairs"]
+    keys = set(zip(t["birth_step"].astype(int), t["gap"].astype(int)))
+    assert len(keys) == 6 and len(t["value"]) == 6 * (3 * 3 + 2)
+    ref = t["part"] == 1
+    assert np.all(t["chunk"][ref] == t["other"][ref])
+    for b, g in keys:
+        here = (t["birth_step"] == b) & (t["gap"] == g)
+        for part in (0, 2, 3):
+            rows = here & (t["part"] == part)
+            v = {(int(i), int(j)): x for i, j, x in
+                 zip(t["chunk"][rows], t["other"][rows], t["value"][rows])}
+            assert set(v) == {(0, 0), (0, 1), (1, 1)}
+            assert v[(0, 1)] ** 2 <= v[(0, 0)] * v[(1, 1)]
+            if g == 0:
+                base = t["value"][here & (t["part"] == 0)]
+                np.testing.assert_allclose(t["value"][rows], base, rtol=1e-3)
+    m = fit_align_moments(ProbeSet(tables=got), n_boot=20)
+    assert m.noise.gaps == (0.0, 1.0, 3.0) and np.isfinite(m.bias.value).all()
 
 
 def test_ratio_one_is_the_plain_policy_gradient():
@@ -183,3 +209,5 @@ def test_align_variants_are_checked():
         small_config("probe.align_variants=[clipped]")
     with pytest.raises(ValueError, match="probe.align_variants must be a list of distinct"):
         small_config("probe.align_variants=[ratio_one, ratio_one]")
+    with pytest.raises(ValueError, match="probe.align_moments must be true or false"):
+        small_config("probe.align_moments=sometimes")
