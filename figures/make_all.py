@@ -9,7 +9,9 @@ predictions against the held-out goal (theory.md 10.9) in ``verdicts_goal.md``; 
 (``results/windows``, theory.md 11.12) in ``windows.md``; the growing horizon against fixed
 ones (``results/horizon_growth``, theory.md 11.14) in ``growth.md``; align(g) by phase
 (``results/horizon_align_large``, theory.md 11.15) in ``align.md``; the same under three
-losses (``results/horizon_align_ratio``, theory.md 11.16) in ``align_variants.md``. A family
+losses (``results/horizon_align_ratio``, theory.md 11.16) in ``align_variants.md``, and with
+the stale bias and noise on two more seeds (``results/horizon_align_moments``) in
+``align_moments.md``. A family
 whose saved results are missing is reported and skipped so the others still build.
 """
 
@@ -91,9 +93,16 @@ def _align_variants(out):
                                + ([] if out is None else ["--out", str(out)]))
 
 
+def _align_moments(out):
+    from figures import align_variants
+    return align_variants.main(["--runs", str(RESULTS / "horizon_align_moments" / "runs"),
+                                "--name", "align_moments"]
+                               + ([] if out is None else ["--out", str(out)]))
+
+
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
             "verdicts": _verdicts, "windows": _windows, "growth": _growth, "align": _align,
-            "align_variants": _align_variants}
+            "align_variants": _align_variants, "align_moments": _align_moments}
 
 
 def main(argv=None) -> int:

@@ -10,11 +10,12 @@ from replaytheory.fit.probes import ProbeSet, align_part
 
 
 def synthetic_rows(truth: dict, rng, *, dim=40, chunks=16, noise=2.0, run=0,
-                   variants: dict | None = None) -> dict:
+                   variants: dict | None = None, pairs: dict | None = None) -> dict:
     """Align rows of measurements (birth, gap) -> true align: reference chunks r_a = grad F +
     noise, panel chunks m_k = align x grad F + noise, grad F drawn per measurement; with
     ``variants`` (name -> shift), each variant's rows of chunks (align + shift) x grad F +
-    the same noise (the same chunks under another loss) + a tenth of it again."""
+    the same noise (the same chunks under another loss) + a tenth of it again. ``pairs``
+    (column -> list), if given, gets the matching ``align_pairs`` rows."""
     rows = {c: [] for c in ("probe_step", "birth_step", "gap", "part", "chunk", "other",
                             "value", "n_seq", "run")}
 
@@ -29,12 +30,21 @@ def synthetic_rows(truth: dict, rng, *, dim=40, chunks=16, noise=2.0, run=0,
         for k in range(chunks):
             for a in range(chunks):
                 add(**base, part=0, chunk=k, other=a, value=panel[k] @ ref[a], n_seq=64)
+        chunk_grads = {0: panel}
         for name, shift in (variants or {}).items():
             other = panel + shift * grad + 0.1 * noise * rng.normal(size=(chunks, dim))
+            chunk_grads[align_part(name)] = other
             for k in range(chunks):
                 for a in range(chunks):
                     add(**base, part=align_part(name), chunk=k, other=a,
                         value=other[k] @ ref[a], n_seq=64)
+        if pairs is not None:
+            found = [(p, k, j, m[k] @ m[j]) for p, m in chunk_grads.items()
+                     for k in range(chunks) for j in range(k, chunks)]
+            found += [(1, a, a, ref[a] @ ref[a]) for a in range(chunks)]
+            for p, k, j, v in found:
+                for c, x in dict(base, part=p, chunk=k, other=j, value=v, n_seq=64).items():
+                    pairs.setdefault(c, []).append(x)
         for a in range(chunks):
             for b in range(a + 1, chunks):
                 add(**base, part=1, chunk=a, other=b, value=ref[a] @ ref[b], n_seq=64)

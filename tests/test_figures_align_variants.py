@@ -28,15 +28,18 @@ def test_three_losses_and_their_changes_read_back(tmp_path):
     truth = {(0, 0): 1.0, (0, 4): 1.5, (100, 0): 1.0, (100, 4): 1.2}
     shifts = {"unclipped": 0.2, "ratio_one": -0.5}
     for run in (0, 1):
-        rows = synthetic_rows(truth, np.random.default_rng(run), noise=0.05, variants=shifts)
-        rows.pop("run")
+        pairs = {}
+        rows = synthetic_rows(truth, np.random.default_rng(run), noise=0.05, variants=shifts,
+                              pairs=pairs)
+        rows.pop("run"), pairs.pop("run")
         folder = tmp_path / "runs" / f"seed={run}"
         folder.mkdir(parents=True)
         ProbeSet(tables={"align": {c: np.array(v, float) for c, v in rows.items()},
+                         "align_pairs": {c: np.array(v, float) for c, v in pairs.items()},
                          "align_stats": _stats(truth)}).save(str(folder / "probes.npz"))
     paths = align_variants.main(["--runs", str(tmp_path / "runs"), "--out",
-                                 str(tmp_path / "out")])
-    got = json.loads((tmp_path / "out" / "align_variants.json").read_text())
+                                 str(tmp_path / "out"), "--name", "moments"])
+    got = json.loads((tmp_path / "out" / "moments.json").read_text())
     by_birth = got["align"]["ratio = 1"]["by_birth"]
     assert np.allclose(by_birth["0"]["value"], [0.5, 1.0], atol=0.03)
     assert np.allclose(by_birth["100"]["value"], [0.5, 0.7], atol=0.03)
@@ -44,8 +47,13 @@ def test_three_losses_and_their_changes_read_back(tmp_path):
     assert np.allclose(got["change"]["ratio_one"]["100"]["value"], -0.5, atol=0.03)
     assert got["chunk_stats"]["pooled"]["4"]["clip_fraction"] == pytest.approx(0.04)
     assert got["chunk_stats"]["100"]["4"]["mean_ratio"] == pytest.approx(1.004)
-    text = (tmp_path / "out" / "align_variants.md").read_text()
+    # the panel's mean is (align + shift) grad F: bias (1 - align - shift)^2, nothing off it
+    bias = got["moments"]["ratio = 1"]["by_birth"]["100"]["bias"]["value"]
+    assert np.allclose(bias, [0.25, 0.09], atol=0.03)
+    assert np.allclose(got["moments"]["unclipped"]["orthogonal"]["value"], 0, atol=0.03)
+    text = (tmp_path / "out" / "moments.md").read_text()
     assert "| ratio = 1 | 0.50" in text and "2 runs" in text and len(paths) == 4
+    assert "| unclipped | pooled |" in text and "16 chunks" in text
 
 
 def test_the_committed_variant_runs_reproduce_the_align_runs():
