@@ -109,7 +109,7 @@ def table(f: dict, stats: dict, n_runs: int, n_chunks: int) -> str:
     chunk statistics, as markdown."""
     first = next(iter(f["align"].values()))
     gaps = list(first.pooled.gaps)
-    lines = ["# align(g) under three losses (theory.md 11.16)", "",
+    lines = ["# align(g) under three losses (theory.md 11.16-11.18)", "",
              f"{n_runs} runs, panels of {first.n_seq} sequences in {n_chunks} chunks, the same "
              f"chunks "
              f"at the same weights under each loss; 95% bootstrap intervals over panel and "
