@@ -27,11 +27,12 @@ RUNS = Path(__file__).resolve().parents[1] / "results" / "horizon_align_large" /
 DEVCHECK = RUNS.parent / "devcheck"
 
 
-def load(runs: Path) -> ProbeSet:
-    """The probes of every run folder under ``runs``, merged (a ``run`` column apart)."""
-    paths = sorted(str(p) for p in runs.glob("*/probes.npz"))
+def load(runs: Path, match: str = "*") -> ProbeSet:
+    """The probes of every run folder under ``runs`` whose name matches the glob ``match``,
+    merged (a ``run`` column apart)."""
+    paths = sorted(str(p) for p in runs.glob(f"{match}/probes.npz"))
     if not paths:
-        raise FileNotFoundError(f"no probes.npz under {runs}")
+        raise FileNotFoundError(f"no {match}/probes.npz under {runs}")
     return load_probes(paths)
 
 

@@ -4,7 +4,8 @@ at 1 (``probe.align_variants``), the paired changes, the chunks' clip fraction a
 ratios, and, where the runs kept ``align_pairs`` (``probe.align_moments``), the stale bias and
 noise by gap under each loss; from ``results/horizon_align_ratio/runs`` by default.
 
-``python -m figures.align_variants [--runs DIR] [--name NAME] [--out DIR]`` writes
+``python -m figures.align_variants [--runs DIR] [--match GLOB] [--births B ...] [--name NAME]
+[--out DIR]`` writes
 ``NAME.md`` (tables with 95% bootstrap intervals), ``NAME.json`` and ``NAME.png`` / ``.pdf``
 (align against the gap per loss, one panel per birth step); NAME is ``align_variants`` unless
 given.
@@ -33,16 +34,19 @@ MOMENTS = {"bias": "Stale bias ||E m - grad F||^2 / ||grad F||^2 (0 for fresh ro
 N_BOOT = 1000
 
 
-def fits(probes: ProbeSet) -> dict:
-    """``fit_align`` under each loss and ``align_change`` of each variant, pooled and per
-    birth (the same bootstrap seed throughout, so the draws are shared)."""
-    births = sorted(int(b) for b in set(probes.tables["align"]["birth_step"].tolist()))
-    out = {"align": {LABELS[v]: fit_align(probes, variant=v, n_boot=N_BOOT) for v in LOSSES},
-           "change": {v: {"pooled": align_change(probes, v, n_boot=N_BOOT),
+def fits(probes: ProbeSet, births=None) -> dict:
+    """``fit_align`` under each loss and ``align_change`` of each variant, pooled over the
+    panels born at ``births`` (None = all) and per birth, and the moments where measured (the
+    same bootstrap seed throughout, so the draws are shared)."""
+    if births is None:
+        births = sorted(int(b) for b in set(probes.tables["align"]["birth_step"].tolist()))
+    kw = {"births": births, "n_boot": N_BOOT}
+    out = {"align": {LABELS[v]: fit_align(probes, variant=v, **kw) for v in LOSSES},
+           "change": {v: {"pooled": align_change(probes, v, **kw),
                           **{b: align_change(probes, v, births=[b], n_boot=N_BOOT)
                              for b in births}} for v in ALIGN_VARIANTS}}
     if probes.n_rows("align_pairs"):
-        out["moments"] = {LABELS[v]: fit_align_moments(probes, variant=v, n_boot=N_BOOT)
+        out["moments"] = {LABELS[v]: fit_align_moments(probes, variant=v, **kw)
                           for v in LOSSES}
     return out
 
@@ -140,11 +144,14 @@ def draw(f: dict):
 def main(argv=None) -> list[Path]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", default=str(RUNS), help="folder of the align-variant runs")
+    p.add_argument("--match", default="*", help="glob of the run folders to read")
+    p.add_argument("--births", type=int, nargs="+",
+                   help="pool only the panels born at these steps (default: all)")
     p.add_argument("--name", default="align_variants", help="stem of the output files")
     p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
-    probes = align.load(Path(a.runs))
-    f, stats = fits(probes), chunk_stats(probes)
+    probes = align.load(Path(a.runs), a.match)
+    f, stats = fits(probes, a.births), chunk_stats(probes)
     t = probes.tables["align"]
     n_runs = len(set(t["run"].tolist()))
     n_chunks = int(t["chunk"][t["part"] == ALIGN_PANEL].max()) + 1

@@ -11,7 +11,9 @@ ones (``results/horizon_growth``, theory.md 11.14) in ``growth.md``; align(g) by
 (``results/horizon_align_large``, theory.md 11.15) in ``align.md``; the same under three
 losses (``results/horizon_align_ratio``, theory.md 11.16) in ``align_variants.md``, and with
 the stale bias and noise on two more seeds (``results/horizon_align_moments``) in
-``align_moments.md``. A family
+``align_moments.md``; the same at training buffers of 4 and 64 steps, births 100 and 200
+(``results/horizon_align_buffer``, theory.md 11.18) in ``align_buffer_x4.md`` and
+``align_buffer_x64.md``. A family
 whose saved results are missing is reported and skipped so the others still build.
 """
 
@@ -100,9 +102,21 @@ def _align_moments(out):
                                + ([] if out is None else ["--out", str(out)]))
 
 
+def _align_buffer(out):
+    from figures import align_variants
+    paths = []
+    for x in (4, 64):
+        paths += align_variants.main(
+            ["--runs", str(RESULTS / "horizon_align_buffer" / "runs"), "--match",
+             f"horizon={x}_*", "--births", "100", "200", "--name", f"align_buffer_x{x}"]
+            + ([] if out is None else ["--out", str(out)]))
+    return paths
+
+
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
             "verdicts": _verdicts, "windows": _windows, "growth": _growth, "align": _align,
-            "align_variants": _align_variants, "align_moments": _align_moments}
+            "align_variants": _align_variants, "align_moments": _align_moments,
+            "align_buffer": _align_buffer}
 
 
 def main(argv=None) -> int:

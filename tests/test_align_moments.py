@@ -57,6 +57,13 @@ def test_known_moments_are_recovered_per_birth_and_pooled():
     assert m.noise.low[0] <= 1 <= m.noise.high[0]
     # align from the same tables is unchanged by the pair rows
     assert fit_align(probes, n_boot=200).by_birth[0].value[1] == pytest.approx(0.6, abs=0.03)
+    # pooled over one birth, the estimate is that birth's
+    late = fit_align_moments(probes, births=[100], n_boot=50)
+    assert late.noise.value == m.by_birth[100]["noise"].value
+    assert fit_align(probes, births=[100]).pooled.value == \
+        fit_align(probes).by_birth[100].value
+    with pytest.raises(ValueError, match="births"):
+        fit_align_moments(probes, births=[7])
 
 
 def test_the_noise_interval_covers_the_truth_at_about_its_level():

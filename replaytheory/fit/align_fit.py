@@ -1,4 +1,4 @@
-"""A stale rollout's worth through grad F from the align panels (theory.md 11.15 and 11.16).
+"""A stale rollout's worth, bias and noise from the align panels (theory.md 11.15-11.17).
 
 An align measurement (run, probe step t, birth step b) holds the mean gradients m_k of K
 chunks of a panel made at b and never trained on, taken at theta_t under the training loss
@@ -52,7 +52,7 @@ class AlignFit:
 
 @dataclass(frozen=True)
 class AlignMoments:
-    """The panel's second moments by gap under one loss (module docstring, theory.md 11.16):
+    """The panel's second moments by gap under one loss (module docstring, theory.md 11.17):
     ``bias``, ``orthogonal`` and ``noise`` pooled over births (Curves) and ``by_birth``
     (birth step -> {"bias", "orthogonal", "noise"} -> Curve)."""
 
@@ -170,6 +170,16 @@ def _measurements(probes: ProbeSet, n_boot: int, seed: int, parts,
     return out
 
 
+def _chosen(meas: list[_AlignMeasurement], births) -> list[_AlignMeasurement]:
+    """The measurements of panels born at ``births`` (None = all)."""
+    if births is None:
+        return meas
+    chosen = [m for m in meas if m.birth in set(births)]
+    if not chosen:
+        raise ValueError(f"births {list(births)} match no align measurement")
+    return chosen
+
+
 def _per_gap(meas: list[_AlignMeasurement], gaps: list, value) -> np.ndarray:
     """Replicates (B + 1, gaps) of ``value`` (a function of the measurements at one gap)."""
     return np.stack([value([m.sums for m in meas if m.gap == gap]) for gap in gaps], 1)
@@ -191,14 +201,14 @@ def _by_birth(meas: list[_AlignMeasurement], gaps: list, curves) -> dict:
     return out
 
 
-def fit_align(probes: ProbeSet, *, variant: str | None = None, n_boot: int = 400,
-              seed: int = 0) -> AlignFit:
+def fit_align(probes: ProbeSet, *, variant: str | None = None, births=None,
+              n_boot: int = 400, seed: int = 0) -> AlignFit:
     """align(g) per gap, pooled over births and per birth (``AlignFit``), from the ``align``
     rows of ``probes`` (merged runs carry a ``run`` column) under the training loss, or under
-    ``variant`` (one of ``probes.ALIGN_VARIANTS``, measured with ``probe.align_variants``);
-    n_boot >= 1 replicates."""
+    ``variant`` (one of ``probes.ALIGN_VARIANTS``, measured with ``probe.align_variants``), of
+    the panels born at ``births`` (steps; None = all); n_boot >= 1 replicates."""
     part = align_part(variant)
-    meas = _measurements(probes, n_boot, seed, [part])
+    meas = _chosen(_measurements(probes, n_boot, seed, [part]), births)
     gaps = sorted({m.gap for m in meas})
     t = probes.tables["align"]
     return AlignFit(pooled=_curve(gaps, _per_gap(meas, gaps, _align_of(part))),
@@ -214,11 +224,7 @@ def align_change(probes: ProbeSet, variant: str, *, births=None, n_boot: int = 4
     are measured on the same chunks against the same reference (theory.md section 11.16),
     and each replicate resamples them once for both."""
     parts = [ALIGN_PANEL, align_part(variant)]
-    meas = _measurements(probes, n_boot, seed, parts)
-    if births is not None:
-        meas = [m for m in meas if m.birth in set(births)]
-        if not meas:
-            raise ValueError(f"births {list(births)} match no align measurement")
+    meas = _chosen(_measurements(probes, n_boot, seed, parts), births)
     gaps = sorted({m.gap for m in meas})
     return _curve(gaps, _per_gap(meas, gaps, _align_of(parts[1]))
                   - _per_gap(meas, gaps, _align_of(parts[0])))
@@ -238,14 +244,15 @@ def _moment_curves(meas: list[_AlignMeasurement], gaps: list, part: int) -> dict
             for name, f in (("bias", bias), ("orthogonal", orthogonal), ("noise", noise))}
 
 
-def fit_align_moments(probes: ProbeSet, *, variant: str | None = None, n_boot: int = 400,
-                      seed: int = 0) -> AlignMoments:
+def fit_align_moments(probes: ProbeSet, *, variant: str | None = None, births=None,
+                      n_boot: int = 400, seed: int = 0) -> AlignMoments:
     """The panel's bias, its part off grad F and its per-sequence noise by gap (module
-    docstring; theory.md 11.16), under the training loss or ``variant``, pooled over births
-    and per birth, from the ``align`` and ``align_pairs`` rows of ``probes`` (written with
-    ``probe.align_moments``); n_boot >= 1 replicates."""
+    docstring; theory.md 11.17), under the training loss or ``variant``, pooled over the
+    births in ``births`` (steps; None = all) and per birth, from the ``align`` and
+    ``align_pairs`` rows of ``probes`` (written with ``probe.align_moments``); n_boot >= 1
+    replicates."""
     part = align_part(variant)
-    meas = _measurements(probes, n_boot, seed, [part], moments=True)
+    meas = _chosen(_measurements(probes, n_boot, seed, [part], moments=True), births)
     gaps = sorted({m.gap for m in meas})
     return AlignMoments(**_moment_curves(meas, gaps, part),
                         by_birth=_by_birth(meas, gaps,
