@@ -101,7 +101,7 @@ class AlignProbe:
             batch = collate([rollouts[i] for i in part], self.prober.pad_id, run.device)
             logp, _ = token_logprobs(run.model(input_ids=batch.input_ids).logits, batch,
                                      self.cfg.sampler.temperature)
-            losses = variant_losses(logp, batch, run.loss_kwargs, variants)
+            losses = variant_losses(logp, batch, kw, variants)
             grads = []
             for i, loss in enumerate(losses):
                 g = torch.autograd.grad(loss.mean(), params, retain_graph=i < len(losses) - 1)
@@ -126,14 +126,14 @@ class AlignProbe:
             a, b = np.triu_indices(len(gram), 1)
             n_ref = p.align_ref_groups * self.cfg.schedule.group_size
             for birth in due:
-                base = {"probe_step": step, "birth_step": birth, "gap": step - birth,
-                        "part": ALIGN_REFERENCE, "n_seq": n_ref}
+                base = {"probe_step": step, "birth_step": birth, "gap": step - birth}
+                ref_base = {**base, "part": ALIGN_REFERENCE, "n_seq": n_ref}
                 self.prober.rows["align"].extend(
-                    {**base, "chunk": int(i), "other": int(j), "value": float(gram[i, j])}
+                    {**ref_base, "chunk": int(i), "other": int(j), "value": float(gram[i, j])}
                     for i, j in zip(a, b))
                 if p.align_moments:
                     self.prober.rows["align_pairs"].extend(
-                        {**base, "chunk": i, "other": i, "value": float(gram[i, i])}
+                        {**ref_base, "chunk": i, "other": i, "value": float(gram[i, i])}
                         for i in range(len(gram)))
                 self._measure_panel(self.panels[birth], ref, base)
         last = max(p.panel_gaps)
@@ -147,12 +147,12 @@ class AlignProbe:
         until the last chunk is done)."""
         p = self.cfg.probe
         parts = [ALIGN_PANEL] + [align_part(v) for v in p.align_variants]
-        base = {**base, "n_seq": len(rollouts)}
+        panel_base = {**base, "n_seq": len(rollouts)}
         held = {part: [] for part in parts}
         for k, (grads, stats) in enumerate(self._chunk_means(rollouts, p.align_variants)):
             for part, m in zip(parts, grads):
                 self.prober.rows["align"].extend(
-                    {**base, "part": part, "chunk": k, "other": i, "value": float(v)}
+                    {**panel_base, "part": part, "chunk": k, "other": i, "value": float(v)}
                     for i, v in enumerate((ref @ m).cpu().numpy()))
                 if p.align_moments:
                     held[part].append(m)
@@ -166,5 +166,5 @@ class AlignProbe:
                 m = torch.stack(chunks)
                 gram = (m @ m.T).cpu().numpy()
                 self.prober.rows["align_pairs"].extend(
-                    {**base, "part": part, "chunk": int(i), "other": int(j),
+                    {**panel_base, "part": part, "chunk": int(i), "other": int(j),
                      "value": float(gram[i, j])} for i, j in zip(*np.triu_indices(len(m))))

@@ -12,7 +12,7 @@ from llm_helpers import small_config
 from llm_experiments.engines.experiment import run_experiment
 from llm_experiments.engines.metrics import TIMING_KEYS, read_jsonl
 from replaytheory.fit.align_fit import fit_align
-from replaytheory.fit.probes import ProbeSet
+from replaytheory.fit.probes import SCHEMA, ProbeSet
 
 ALIGN = ["probe.align_groups=4", "probe.align_chunks=2", "probe.align_ref_groups=6",
          "probe.panel_births=[0, 2]", "probe.panel_gaps=[1, 3]"]
@@ -140,6 +140,8 @@ def test_variant_rows_beside_the_training_loss(align_run, tmp_path):
     late = t["gap"][t["part"] == 3] > 0
     assert not np.allclose(t["value"][t["part"] == 3][late], base[late], rtol=1e-3)
     s = got["align_stats"]
+    assert set(s) == set(SCHEMA["align_stats"])
+    assert set(got["align_pairs"]) == set(SCHEMA["align_pairs"])
     assert len(s["chunk"]) == 6 * 2 and set(s["n_seq"]) == {8}
     assert np.all((s["clip_fraction"] >= 0) & (s["clip_fraction"] <= 1))
     fresh = s["gap"] == 0
