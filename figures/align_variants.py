@@ -51,12 +51,15 @@ def fits(probes: ProbeSet, births=None) -> dict:
     return out
 
 
-def chunk_stats(probes: ProbeSet) -> dict:
-    """Mean over chunks and runs of each of ``STATS`` per (birth, gap), and pooled per gap."""
+def chunk_stats(probes: ProbeSet, births=None) -> dict:
+    """Mean over chunks and runs of each of ``STATS`` per (birth, gap), and pooled per gap,
+    over the panels born at ``births`` (None = all)."""
     t = probes.tables["align_stats"]
+    if births is None:
+        births = sorted(set(t["birth_step"].astype(int).tolist()))
     out = {}
-    for key in ("pooled", *sorted(set(t["birth_step"].astype(int).tolist()))):
-        rows = np.ones(len(t["gap"]), bool) if key == "pooled" else t["birth_step"] == key
+    for key in ("pooled", *births):
+        rows = np.isin(t["birth_step"], births) if key == "pooled" else t["birth_step"] == key
         gaps = sorted(set(t["gap"][rows].astype(int).tolist()))
         out[key] = {g: {s: float(t[s][rows & (t["gap"] == g)].mean()) for s in STATS}
                     for g in gaps}
@@ -151,7 +154,7 @@ def main(argv=None) -> list[Path]:
     p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
     probes = align.load(Path(a.runs), a.match)
-    f, stats = fits(probes, a.births), chunk_stats(probes)
+    f, stats = fits(probes, a.births), chunk_stats(probes, a.births)
     t = probes.tables["align"]
     n_runs = len(set(t["run"].tolist()))
     n_chunks = int(t["chunk"][t["part"] == ALIGN_PANEL].max()) + 1
