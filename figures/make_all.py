@@ -13,7 +13,8 @@ losses (``results/horizon_align_ratio``, theory.md 11.16) in ``align_variants.md
 the stale bias and noise on two more seeds (``results/horizon_align_moments``) in
 ``align_moments.md``; the same at training buffers of 4 and 64 steps, births 100 and 200
 (``results/horizon_align_buffer``, theory.md 11.18) in ``align_buffer_x4.md`` and
-``align_buffer_x64.md``. A family
+``align_buffer_x64.md``; the horizon without the clip against cpu_sweep_v3's clipped cells
+(``results/horizon_unclipped``, theory.md 11.19) in ``unclipped.md``. A family
 whose saved results are missing is reported and skipped so the others still build.
 """
 
@@ -113,10 +114,16 @@ def _align_buffer(out):
     return paths
 
 
+def _unclipped(out):
+    from figures import unclipped
+    return unclipped.main(["--results", str(RESULTS)]
+                          + ([] if out is None else ["--out", str(out)]))  # raises if absent
+
+
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
             "verdicts": _verdicts, "windows": _windows, "growth": _growth, "align": _align,
             "align_variants": _align_variants, "align_moments": _align_moments,
-            "align_buffer": _align_buffer}
+            "align_buffer": _align_buffer, "unclipped": _unclipped}
 
 
 def main(argv=None) -> int:
