@@ -624,6 +624,11 @@ class ProbeConfig(_Section):
         half = self.fresh_groups // 2
         checks.integer("probe.fresh_noise_groups", self.fresh_noise_groups, 0, half)
         checks.integer("probe.crn_groups", self.crn_groups, 0, half)
+        if (self.align_variants or self.align_moments) and not self.align_groups:
+            raise ValueError("probe.align_variants and probe.align_moments measure align "
+                             "panels: set probe.align_groups > 0 with them, got "
+                             f"align_groups=0, align_variants={self.align_variants}, "
+                             f"align_moments={self.align_moments}")
         for name in ("align_groups", "align_ref_groups"):
             groups = getattr(self, name)
             if self.align_groups and groups % self.align_chunks:

@@ -90,8 +90,8 @@ class AlignProbe:
         """Yield, for each of ``probe.align_chunks`` equal chunks of ``rollouts`` (whole
         groups: they are stored group by group), the flat float64 gradients (P,) of the mean
         training loss and of each of ``variants``' (``variant_losses``) at the current
-        weights, as a list, and the chunk's ``losses.loss_stats`` with its mean importance
-        ratio. Under ``probe.sketch_dim`` = k > 0 a gradient is its (k,) count sketch (inner
+        weights, as a list, and, with variants, the chunk's ``losses.loss_stats`` with its
+        mean importance ratio (None without). Under ``probe.sketch_dim`` = k > 0 a gradient is its (k,) count sketch (inner
         products unbiased, theory.md 8.1.1), which a model too large to hold 2 x align_chunks
         exact gradients needs."""
         run = self.prober.run
@@ -106,6 +106,9 @@ class AlignProbe:
             for i, loss in enumerate(losses):
                 g = torch.autograd.grad(loss.mean(), params, retain_graph=i < len(losses) - 1)
                 grads.append(self.prober.project.rows([gr[None] for gr in g])[0].double())
+            if not variants:
+                yield grads, None
+                continue
             stats = loss_stats(logp.detach(), torch.zeros_like(logp), batch, kw["clip_low"],
                                kw["clip_high"])
             ratio = (logp.detach() - batch.old_logp)[batch.mask].double().exp()

@@ -120,19 +120,19 @@ def _measurement(t, pairs, here, pair_here, parts, n_boot, rng) -> _Sums:
     v = np.vstack([np.ones(n_a), rng.multinomial(n_a, np.full(n_a, 1 / n_a), n_boot)])
     cross = {p: np.einsum("bk,ka,ba->b", w, _matrix(t, rows, (n_k, n_a)), v) / (n_k * n_a)
              for p, rows in panels.items()}
-    ref_gram = _matrix(t, here & (t["part"] == ALIGN_REFERENCE), (n_a, n_a))
-    sums = _Sums(cross=cross, ref=_pair_mean(v, ref_gram))
+    ref_rows = here & (t["part"] == ALIGN_REFERENCE)
+    ref = _pair_mean(v, _matrix(t, ref_rows, (n_a, n_a)))
     if pairs is None:
-        return sums
+        return _Sums(cross=cross, ref=ref)
     n_m = np.median(t["n_seq"][first]) / n_k
-    n_r = np.median(t["n_seq"][here & (t["part"] == ALIGN_REFERENCE)]) / n_a
+    n_r = np.median(t["n_seq"][ref_rows]) / n_a
     grams = {p: _matrix(pairs, pair_here & (pairs["part"] == p), (n_k, n_k)) for p in parts}
     ref_sq = _sq_mean(v, _matrix(pairs, pair_here & (pairs["part"] == ALIGN_REFERENCE),
                                  (n_a, n_a)))
     panel_pairs = {p: _pair_mean(w, g) for p, g in grams.items()}
-    return _Sums(cross=cross, ref=sums.ref, panel_pairs=panel_pairs,
+    return _Sums(cross=cross, ref=ref, panel_pairs=panel_pairs,
                  panel_sq={p: n_m * (_sq_mean(w, g) - panel_pairs[p]) for p, g in grams.items()},
-                 ref_sq=n_r * (ref_sq - sums.ref))
+                 ref_sq=n_r * (ref_sq - ref))
 
 
 def _measurements(probes: ProbeSet, n_boot: int, seed: int, parts,

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import checks
 from .calibrate import _boot_weights, _interval
 from .probes import UNIT_SEQUENCE, ProbeSet
 

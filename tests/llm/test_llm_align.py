@@ -213,3 +213,6 @@ def test_align_variants_are_checked():
         small_config("probe.align_variants=[ratio_one, ratio_one]")
     with pytest.raises(ValueError, match="probe.align_moments must be true or false"):
         small_config("probe.align_moments=sometimes")
+    for option in ("probe.align_variants=[unclipped]", "probe.align_moments=true"):
+        with pytest.raises(ValueError, match="set probe.align_groups > 0"):
+            small_config(option)
