@@ -491,10 +491,18 @@ class TrainerConfig(_Section):
     """Loss and optimizer (theory.md section 6).
 
     loss: "grpo" (clipped ratio), "grpo_unclipped" (plain importance weight),
-        "grpo_truncated" (importance weight truncated at ``is_cap``, no gradient through it),
-        "asymre" (asymmetric REINFORCE, baseline shift ``dv``, no importance ratio).
+        "grpo_truncated" (TIS: importance weight truncated at ``is_cap``, no gradient
+        through it), "cispo" (weight truncated at ``cispo_cap``, token-level), "m2po"
+        (unclipped, second-moment mask at ``m2_threshold``), "neg_clip" / "neg_cap" /
+        "neg_veto" (positive-advantage tokens unclipped, negative ones under the PPO clip,
+        the weight min(r, 1), or a veto outside the clip range), "asymre" (asymmetric
+        REINFORCE, baseline shift ``dv``, no importance ratio); ``rl.objectives`` states
+        each rule and its source (theory.md section 12).
     clip_low, clip_high: PPO clip range [1 - clip_low, 1 + clip_high], each in [0, 1].
     is_cap: truncation of importance weights (> 0). dv: AsymRE baseline shift (any real).
+    cispo_cap: CISPO's eps_max (> 0; 5.0 as TRL recommends).
+    m2_threshold: M2PO's bound on the batch mean of (log r)^2 (> 0, nats^2; 0.04 as in
+        the source).
     optimizer: "adamw" or "adam" (``OPTIMIZERS``). lr (> 0), beta1, beta2 in [0, 1),
     weight_decay >= 0.
     grad_clip: global gradient-norm clip (0 = off). per_sample_clip: clip each rollout's
@@ -520,6 +528,8 @@ class TrainerConfig(_Section):
     clip_low: float = _real(0.2, 0.0, 1.0)
     clip_high: float = _real(0.2, 0.0, 1.0)
     is_cap: float = _positive(1.0)
+    cispo_cap: float = _positive(5.0)
+    m2_threshold: float = _positive(0.04)
     dv: float = _real(-0.1)
     optimizer: str = _choice("adamw", OPTIMIZERS)
     lr: float = _positive(1e-4)

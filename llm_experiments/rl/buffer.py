@@ -250,7 +250,9 @@ class RolloutBuffer:
         return self._rows.nbytes() + self._tokens.data.nbytes + self._logprobs.data.nbytes
 
     def step_stats(self) -> dict:
-        """The three axes over the uses of the last ``sample`` call (one trainer step)."""
+        """The three axes over the uses of the last ``sample`` call (one trainer step).
+        Staleness is the consumption lag: the trainer step minus the weight version that
+        generated the rollout, time in queues and in the buffer included (trainer steps)."""
         rec = self.index.use_records(last_calls=self.index.shards)
         stale, since = rec["staleness"], rec["since_last_use"]
         reused = since[since != NEW]
@@ -259,6 +261,7 @@ class RolloutBuffer:
             "staleness_mean": float(stale.mean()) if stale.size else None,
             "staleness_q50": float(np.quantile(stale, 0.5)) if stale.size else None,
             "staleness_q90": float(np.quantile(stale, 0.9)) if stale.size else None,
+            "staleness_max": int(stale.max()) if stale.size else None,
             "steps_since_last_use_mean": float(reused.mean()) if reused.size else None,
             "steps_since_last_use_q50": float(np.quantile(reused, 0.5)) if reused.size else None,
             "first_use_fraction": float(np.mean(since == NEW)) if since.size else None,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from ..policy.kernels import default_linear
-from .losses import TokenBatch, policy_loss, token_logprobs
+from .losses import TokenBatch, policy_loss, token_logprobs, update_terms
+from .objectives import BATCH_MASKED, BatchTerms
 from ..probing.sketch import Exact
 
 
@@ -52,21 +53,40 @@ def per_sample_grads(model, batch: TokenBatch, loss_kwargs: dict, temperature: f
         params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
     buffers = dict(model.named_buffers())
 
-    def one(p, ids, index, targets, mask, old, adv):
+    def logprobs(p, rows):
+        logits = functional_call(model, (p, buffers), args=(),
+                                 kwargs={"input_ids": rows.input_ids}).logits
+        return token_logprobs(logits, rows, temperature)[0]
+
+    def one(p, ids, index, targets, mask, old, adv, keep, denominator):
         row = TokenBatch(targets[None], mask[None], old[None], adv[None],
                          input_ids=ids[None], index=index[None])
-        logits = functional_call(model, (p, buffers), args=(),
-                                 kwargs={"input_ids": row.input_ids}).logits
-        logp, _ = token_logprobs(logits, row, temperature)
-        return policy_loss(logp, row, **loss_kwargs)[0]
+        return policy_loss(logprobs(p, row), row, **loss_kwargs,
+                           terms=BatchTerms(keep[None], denominator[None]))[0]
 
-    g = vmap(grad(one), in_dims=(None, 0, 0, 0, 0, 0, 0))
+    g = vmap(grad(one), in_dims=(None, 0, 0, 0, 0, 0, 0, 0, 0))
     with eager_attention(model), default_linear(model):
+        terms = _batch_terms(batch, loss_kwargs, lambda rows: logprobs(params, rows), chunk)
         for start in range(0, len(batch), chunk):
-            rows = batch.rows(slice(start, start + chunk))
+            sl = slice(start, start + chunk)
+            rows = batch.rows(sl)
             out = g(params, rows.input_ids, rows.index, rows.targets, rows.mask, rows.old_logp,
-                    rows.adv)
+                    rows.adv, terms.keep[sl], terms.denominator[sl])
             yield start, (project or Exact).rows([out[n] for n in names])
+
+
+@torch.no_grad()
+def _batch_terms(batch: TokenBatch, loss_kwargs: dict, logprobs, chunk: int) -> BatchTerms:
+    """The whole batch's ``objectives.BatchTerms``, so that every per-sample gradient sees
+    the batch's m2po mask and token denominator; ``logprobs(rows)`` (n, L) is called,
+    ``chunk`` rows at a time, only for a loss in ``objectives.BATCH_MASKED``. asymre (no
+    ratio) gets the completion mask and unit denominators, which it does not read."""
+    logp = None
+    if loss_kwargs.get("loss") in BATCH_MASKED:
+        logp = torch.cat([logprobs(batch.rows(slice(s, s + chunk)))
+                          for s in range(0, len(batch), chunk)])
+    terms = update_terms(logp, batch, loss_kwargs)
+    return terms or BatchTerms(batch.mask, torch.ones(len(batch), device=batch.mask.device))
 
 
 def clipped_mean_grad(model, batch: TokenBatch, loss_kwargs: dict, temperature: float,

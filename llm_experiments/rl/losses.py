@@ -5,11 +5,10 @@ the mean of per-sample gradients (what the theory's g_t = mean of B estimates as
 what the probes measure; ``gradients.py`` computes them). Tokens after the first
 end-of-sequence are masked out.
 
-* ``grpo``: -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) per token, r = pi / pi_behaviour,
-  averaged over the sequence's tokens; no KL term.
-* ``grpo_unclipped``: -r A (plain importance weight).
-* ``grpo_truncated``: -sg(min(r, c)) A log pi (importance weight truncated at c, no gradient
-  through it; equals the unclipped gradient where r < c).
+* the losses with an importance ratio r = pi / pi_behaviour (``objectives``: grpo, the PPO
+  clip; grpo_unclipped; grpo_truncated, TIS; cispo; m2po; neg_clip, neg_cap, neg_veto), their
+  token losses averaged over the sequence's tokens (cispo and m2po: over the batch's tokens,
+  as their sources do); no KL term.
 * ``asymre``: -(reward - (V_hat + dV)) log pi(z | q), V_hat the group mean reward, no ratio;
   log pi(z | q) is the sum over tokens, divided by the constant ``max_new_tokens`` to keep the
   learning-rate scale of the other losses without favouring short answers.
@@ -25,9 +24,13 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated", "asymre")
-# The losses with an importance ratio pi / pi_behaviour (asymre uses log pi alone).
-RATIO_LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated")
+from .objectives import (RATIO_OBJECTIVES, BatchTerms, LossParams, batch_terms,
+                         token_terms)
+
+# The losses with an importance ratio pi / pi_behaviour (``objectives``); asymre uses log pi
+# alone.
+RATIO_LOSSES = RATIO_OBJECTIVES
+LOSSES = (*RATIO_LOSSES, "asymre")
 
 
 def group_advantages(rewards, loss: str = "grpo", dv: float = -0.1) -> np.ndarray:
@@ -287,44 +290,93 @@ def batch_hidden(model, batch) -> torch.Tensor:
 
 
 def policy_loss(logp, batch: TokenBatch, *, loss: str = "grpo", clip_low: float = 0.2,
-                clip_high: float = 0.2, is_cap: float = 1.0, max_new_tokens: int = 1):
-    """Per-sequence losses (n,) of the chosen loss (see the module docstring).
+                clip_high: float = 0.2, is_cap: float = 1.0, cispo_cap: float = 5.0,
+                m2_threshold: float = 0.04, max_new_tokens: int = 1,
+                terms: BatchTerms | None = None):
+    """Per-sequence losses (n,) of the chosen loss (see the module docstring and
+    ``objectives``); their mean over a batch is the batch's loss.
 
-    Args: logp (n, L) current log-probs of the completion tokens; batch: its rollouts.
+    Args: logp (n, L) current log-probs of the completion tokens; batch: its rollouts;
+    terms: the batch-level ``objectives.BatchTerms`` of these rows (m2po's mask, the
+    token-aggregation denominator) when the rows are part of a larger batch; None computes
+    them from these rows alone (from ``logp``'s detached values for m2po).
     """
-    mask = batch.mask.float()
+    mask = batch.mask
     adv = batch.adv[:, None]
-    log_ratio = (logp - batch.old_logp) * mask
-    ratio = torch.exp(log_ratio)
-    if loss == "grpo":
-        tok = -torch.minimum(ratio * adv, ratio.clamp(1 - clip_low, 1 + clip_high) * adv)
-    elif loss == "grpo_unclipped":
-        tok = -ratio * adv
-    elif loss == "grpo_truncated":
-        tok = -ratio.clamp(max=is_cap).detach() * adv * logp
-    elif loss == "asymre":
-        return -(adv * logp * mask).sum(-1) / max_new_tokens
-    else:
-        raise ValueError(f"trainer.loss must be one of {list(LOSSES)}, got {loss!r}")
-    return (tok * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    if loss == "asymre":
+        return -(adv * logp * mask.float()).sum(-1) / max_new_tokens
+    log_ratio = (logp - batch.old_logp) * mask.float()
+    params = LossParams(clip_low, clip_high, is_cap, cispo_cap, m2_threshold)
+    tok = token_terms(loss, logp, log_ratio, adv, params).tok
+    if terms is None:
+        terms = batch_terms(loss, log_ratio.detach(), mask, params)
+    return (tok * terms.keep.float()).sum(-1) / terms.denominator
+
+
+def loss_params(loss_kwargs: dict) -> LossParams:
+    """The ``objectives.LossParams`` in keyword arguments of ``policy_loss``."""
+    return LossParams(**{f.name: loss_kwargs[f.name] for f in fields(LossParams)
+                         if f.name in loss_kwargs})
+
+
+@torch.no_grad()
+def update_terms(logp, batch: TokenBatch, loss_kwargs: dict) -> BatchTerms | None:
+    """The ``BatchTerms`` of a whole update batch (``logp`` (n, L) at the update's weights;
+    None will do for a loss outside ``objectives.BATCH_MASKED``), or None for asymre (no
+    ratio)."""
+    loss = loss_kwargs.get("loss", "grpo")
+    if loss not in RATIO_LOSSES:
+        return None
+    log_ratio = None if logp is None else (logp - batch.old_logp) * batch.mask.float()
+    return batch_terms(loss, log_ratio, batch.mask, loss_params(loss_kwargs))
 
 
 @torch.no_grad()
 def loss_stats(logp, entropy, batch: TokenBatch, clip_low: float = 0.2,
-               clip_high: float = 0.2) -> dict:
-    """Diagnostics over valid tokens: clip fraction (tokens with A != 0 whose ratio lies beyond
-    the clip range on the side GRPO clips), normalised importance-weight ESS in (0, 1],
-    approximate KL(behaviour || current) (k3 estimator, nats/token), mean entropy (nats)."""
+               clip_high: float = 0.2, *, loss_kwargs: dict | None = None,
+               terms: BatchTerms | None = None) -> dict:
+    """Diagnostics over valid tokens (theory.md section 12.2): clip fraction (tokens with
+    A != 0 whose ratio lies beyond the clip range on the side GRPO clips), normalised
+    importance-weight ESS in (0, 1], approximate KL(behaviour || current) (k3 estimator,
+    nats/token), mean entropy (nats); and, with ``loss_kwargs`` (the training loss) and the
+    batch's ``terms``: max r; mean (log r)^2 over all valid tokens (``logr2``) and over those
+    still carrying gradient after the loss's mask, clip or veto (``logr2_kept``, nats^2); the
+    share of positive- / negative-advantage tokens the loss acted on (``acted_pos``,
+    ``acted_neg``: clipped, truncated, masked or vetoed; None without such tokens)."""
     m = batch.mask
     log_ratio = (logp - batch.old_logp)[m].double()
     w = log_ratio.exp()
     adv = batch.adv[:, None].expand_as(batch.mask)[m]
     clipped = ((adv > 0) & (w > 1 + clip_high)) | ((adv < 0) & (w < 1 - clip_low))
     nonzero = adv != 0
-    return {
+    out = {
         "clip_fraction": float(clipped[nonzero].float().mean()) if nonzero.any() else 0.0,
         "is_ess": float(w.sum() ** 2 / (w.numel() * (w ** 2).sum())) if w.numel() else 1.0,
         "approx_kl": float(((w - 1) - log_ratio).mean()) if w.numel() else 0.0,
         "entropy": float(entropy[m].mean()) if m.any() else 0.0,
     }
+    loss = (loss_kwargs or {}).get("loss")
+    if loss in RATIO_LOSSES and w.numel():
+        out.update(_staleness_stats(logp, batch, loss_kwargs, terms))
+    return out
 
+
+def _staleness_stats(logp, batch: TokenBatch, loss_kwargs: dict, terms) -> dict:
+    """The loss-dependent part of ``loss_stats``."""
+    m = batch.mask
+    full = (logp - batch.old_logp) * m.float()
+    if terms is None:
+        terms = update_terms(logp, batch, loss_kwargs)
+    acts = token_terms(loss_kwargs["loss"], logp, full, batch.adv[:, None].expand_as(m),
+                       loss_params(loss_kwargs))
+    masked = m & ~terms.keep  # m2po's mask
+    acted, kept = (acts.acted | masked)[m], (m & terms.keep & ~acts.dropped)[m]
+    adv = batch.adv[:, None].expand_as(m)[m]
+    sq = full[m].double().pow(2)
+
+    def share(side):
+        return float(acted[side].float().mean()) if side.any() else None
+    return {"ratio_max": float(full[m].double().exp().max()),
+            "logr2": float(sq.mean()),
+            "logr2_kept": float(sq[kept].mean()) if kept.any() else None,
+            "acted_pos": share(adv > 0), "acted_neg": share(adv < 0)}

@@ -15,7 +15,8 @@ from ..config import OPTIMIZERS, Config
 from .gradients import clipped_mean_grad, flat_grad
 from .memory import ModelShape, budget_bytes, choose_micro_batch, held_by_others, logit_chunk
 from .losses import (SequenceBatch, TokenBatch, batch_logprobs, collate, collate_direct,
-                     group_advantages, loss_stats, policy_loss)
+                     group_advantages, loss_stats, policy_loss, update_terms)
+from .objectives import BATCH_MASKED
 from ..policy.models import DTYPES, autocast
 
 
@@ -43,6 +44,23 @@ def grade_rollouts(cfg: Config, task, tokenizer, encode, problems, gen, version:
     return out
 
 
+def loss_kwargs(cfg: Config) -> dict:
+    """Keyword arguments of ``losses.policy_loss`` for the run's training loss."""
+    tr = cfg.trainer
+    return {"loss": tr.loss, "clip_low": tr.clip_low, "clip_high": tr.clip_high,
+            "is_cap": tr.is_cap, "cispo_cap": tr.cispo_cap, "m2_threshold": tr.m2_threshold,
+            "max_new_tokens": cfg.sampler.max_new_tokens}
+
+
+def head_grad_norm(model) -> float | None:
+    """Norm of the output layer's gradient before clipping (DGG: it spikes before a
+    collapse), or None when the model has no ``lm_head`` with a gradient. With tied
+    embeddings this is the shared matrix's gradient, input side included."""
+    head = getattr(model, "lm_head", None)
+    grad = getattr(getattr(head, "weight", None), "grad", None)
+    return None if grad is None else float(grad.detach().double().norm())
+
+
 class PolicyTrainer:
     """The trainer's update (theory.md section 6), shared by the emulated run (``Experiment``)
     and the Ray engine's trainer actors (``engines.ray_engine``).
@@ -58,9 +76,7 @@ class PolicyTrainer:
         opt_cls = getattr(torch.optim, OPTIMIZERS[tr.optimizer])
         self.opt = opt_cls(self.model.parameters(), lr=tr.lr, betas=(tr.beta1, tr.beta2),
                            weight_decay=tr.weight_decay, fused=self.cfg.run.fast_kernels or None)
-        self.loss_kwargs = {"loss": tr.loss, "clip_low": tr.clip_low,
-                            "clip_high": tr.clip_high, "is_cap": tr.is_cap,
-                            "max_new_tokens": self.cfg.sampler.max_new_tokens}
+        self.loss_kwargs = loss_kwargs(self.cfg)
         self.shape = ModelShape.of(self.model)
         self.logit_chunk = tr.logit_chunk or logit_chunk(self.shape.vocab)
 
@@ -112,12 +128,14 @@ class PolicyTrainer:
         n = len(batch)
         self.opt.zero_grad(set_to_none=True)
         micro = self.micro_batch(batch)
+        terms = self.split_terms(batch) if micro < n else None
         logps, ents, losses = [], [], []
         for start in range(0, n, micro):
             part = batch.rows(slice(start, start + micro))
             with autocast(self.cfg, self.device):
                 logp, ent = batch_logprobs(self.model, part, temp, self.logit_chunk)
-            loss = policy_loss(logp, part, **self.loss_kwargs).sum() / n
+            loss = policy_loss(logp, part, **self.loss_kwargs, terms=terms and
+                               terms.rows(slice(start, start + micro))).sum() / n
             if not tr.per_sample_clip:
                 loss.backward()
             losses.append(loss.detach())  # read once, after the loop: no sync per micro-batch
@@ -126,10 +144,12 @@ class PolicyTrainer:
         if tr.per_sample_clip:
             self._per_sample_clipped_grad(batch)
         self.reduce_gradients()
-        stats = loss_stats(torch.cat(logps), torch.cat(ents), batch, tr.clip_low, tr.clip_high)
+        stats = loss_stats(torch.cat(logps), torch.cat(ents), batch, tr.clip_low, tr.clip_high,
+                           loss_kwargs=self.loss_kwargs, terms=terms)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if keep_grad:
             stats["grad"] = flat_grad(self.model)
+        stats["head_grad_norm"] = head_grad_norm(self.model)
         clip = tr.grad_clip if tr.grad_clip > 0 else float("inf")
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, clip))
         self.opt.step()
@@ -140,6 +160,21 @@ class PolicyTrainer:
         self.clock.steps += 1
         stats["loss"] = sum(torch.stack(losses).tolist())
         return stats
+
+    @torch.no_grad()
+    def split_terms(self, batch):
+        """The whole batch's ``objectives.BatchTerms`` when it is split into micro-batches:
+        m2po's mask needs every row's log-ratio first (one forward pass without a graph);
+        the others only the batch's mask."""
+        if self.cfg.trainer.loss not in BATCH_MASKED:
+            return update_terms(None, batch, self.loss_kwargs)
+        micro, temp = self.micro_batch(batch), self.cfg.sampler.temperature
+        parts = []
+        for start in range(0, len(batch), micro):
+            with autocast(self.cfg, self.device):
+                parts.append(batch_logprobs(self.model, batch.rows(slice(start, start + micro)),
+                                            temp, self.logit_chunk)[0].float())
+        return update_terms(torch.cat(parts), batch, self.loss_kwargs)
 
     def _per_sample_clipped_grad(self, batch) -> None:
         """Set .grad to the mean of per-rollout gradients clipped to trainer.per_sample_clip."""
