@@ -57,6 +57,7 @@ from ..rl.buffer import HeldRollouts, Rollout, RolloutBuffer
 from ..config import from_dict
 from ..engines.loop import RunBooks, fill_and_draw
 from ..rl.gradients import flat_grad
+from ..rl.losses import TokenBatch, loss_stats, policy_loss
 from ..policy.models import param_count
 from ..probing.probes import Prober, RunCounts
 from ..samplers import WeightUpdate
@@ -69,11 +70,15 @@ EXTENSION_POINTS = {
     "_generate_and_score_completions": ("inputs",),
     "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
     "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask",
-                                           "logits_to_keep", "batch_size"),
+                                           "logits_to_keep", "batch_size", "compute_entropy"),
     "_compute_loss": ("model", "inputs"),
     "_clip_grad_norm": ("model",),
 }
 REPLAY_PREFIX = "replay/"  # TRL log keys of this module
+# loss_type values this module adds to TRL's: the harness's stale-rollout losses
+# (``rl.objectives``), computed by ``losses.policy_loss``; TRL's own (grpo, dapo, cispo, ...)
+# stay TRL's.
+HARNESS_LOSS_TYPES = ("m2po", "neg_clip", "neg_cap", "neg_veto")
 
 
 def check_trl_version(version: str | None = None) -> None:
@@ -337,10 +342,15 @@ class ReplayGRPOTrainer(GRPOTrainer):
     ``clock``, a ``schedule.ComputeClock`` of rollouts generated, production and update
     seconds; ``consumed``), ``steps`` (one ``ReplayStep`` per step when ``keep_steps``, else
     the last only).
+
+    ``loss_type`` may also name a loss of the harness that TRL lacks (``HARNESS_LOSS_TYPES``:
+    m2po, with its mask bound ``m2_threshold`` (> 0, nats^2); neg_clip, neg_cap, neg_veto,
+    clipped at GRPOConfig's ``epsilon`` / ``epsilon_high``); ``losses.policy_loss`` computes
+    it on TRL's log-probs, as the harness trains. TRL's cispo, dapo, grpo stay TRL's.
     """
 
     def __init__(self, *args, replay: ReplaySettings, probes=None, probe_dir: str | None = None,
-                 keep_steps: bool = False, **kwargs):
+                 keep_steps: bool = False, m2_threshold: float = 0.04, **kwargs):
         check_trl_version()
         missing = missing_extension_points()
         if missing:
@@ -348,6 +358,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
                                f"; ReplayGRPOTrainer supports trl{SUPPORTED_TRL}")
         super().__init__(*args, **kwargs)
         self._check_supported()
+        self.m2_threshold = checks.positive("m2_threshold", m2_threshold)
         if not isinstance(replay, ReplaySettings):
             raise ValueError(f"replay must be a ReplaySettings, got {type(replay).__name__}")
         self.replay = replay
@@ -502,6 +513,27 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 "advantages": torch.tensor([r.advantage for r in batch], dtype=torch.float32,
                                            device=dev),
                 "num_items_in_batch": completion_mask.sum().to(dev)}
+
+    def _compute_loss(self, model, inputs):
+        """TRL's loss, or for a ``HARNESS_LOSS_TYPES`` loss the harness's mean per-rollout
+        loss on TRL's per-token log-probs (staleness diagnostics under ``replay/``)."""
+        if self.loss_type not in HARNESS_LOSS_TYPES:
+            return super()._compute_loss(model, inputs)
+        completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"].bool()
+        logp, entropy, _ = self._get_per_token_logps_and_entropies(
+            model, torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+            completion_ids.size(1), compute_entropy=True)
+        rows = TokenBatch(completion_ids, mask, inputs["old_per_token_logps"],
+                          inputs["advantages"])
+        kw = {"loss": self.loss_type, "clip_low": self.epsilon_low,
+              "clip_high": self.epsilon_high, "m2_threshold": self.m2_threshold}
+        loss = policy_loss(logp, rows, **kw).mean()
+        mode = "train" if model.training else "eval"
+        for key, val in loss_stats(logp.detach(), entropy.detach(), rows, self.epsilon_low,
+                                   self.epsilon_high, loss_kwargs=kw).items():
+            self._metrics[mode][REPLAY_PREFIX + key].append(math.nan if val is None else val)
+        return loss
 
     def _log_replay(self, record: ReplayStep) -> None:
         """Replay statistics of the step into TRL's metrics (averaged per logging window)."""

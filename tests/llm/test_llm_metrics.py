@@ -7,7 +7,7 @@ import torch
 
 from llm_experiments.rl.buffer import Rollout
 from llm_experiments.rl.gradients import clipped_mean_grad, per_sample_grads
-from llm_experiments.rl.losses import collate, policy_loss, token_logprobs
+from llm_experiments.rl.losses import collate, policy_loss, token_logprobs, update_terms
 from llm_experiments.engines.metrics import MetricsLog, pass_at_k, read_jsonl, summarize
 from llm_helpers import tiny_policy
 
@@ -86,3 +86,22 @@ def test_tensorboard_is_optional(tmp_path):
         log.write({"step": 0, "loss": 1.0})
         log.close()
         assert os.listdir(tmp_path / "tb")
+
+
+@pytest.mark.parametrize("loss", ["m2po", "cispo", "neg_clip"])
+def test_per_sample_grads_of_batch_level_losses_average_to_the_batch_gradient(loss):
+    """m2po's mask and the token denominators of m2po and cispo are the batch's: each
+    per-sample gradient is taken with them, so their mean is the batch gradient."""
+    model, tok = tiny_policy(32, 2, 64)
+    batch = _batch(tok, model)
+    kw = {"loss": loss, "m2_threshold": 0.002, "cispo_cap": 1.05}
+    logp, _ = token_logprobs(model(input_ids=batch.input_ids).logits, batch, 1.0)
+    ratio = torch.exp(logp.detach() - batch.old_logp)[batch.mask]
+    assert (ratio > 1.05).any() and (ratio < 1.05).any()  # the cap acts on some tokens
+    keep = update_terms(logp.detach(), batch, kw).keep
+    assert loss != "m2po" or 0 < int((batch.mask & ~keep).sum()) < int(batch.mask.sum())
+    params = [p for p in model.parameters() if p.requires_grad]
+    full = torch.cat([g.reshape(-1) for g in torch.autograd.grad(
+        policy_loss(logp, batch, **kw).mean(), params)])
+    per = torch.cat([g for _, g in per_sample_grads(model, batch, kw, 1.0, chunk=4)])
+    torch.testing.assert_close(per.mean(0), full, atol=1e-6, rtol=1e-4)

@@ -1,0 +1,76 @@
+"""The harness's stale-rollout losses under TRL's ``loss_type`` (``ReplayGRPOTrainer``): the
+loss and gradient TRL's trainer computes on a replayed batch equal ``losses.policy_loss`` on
+the same rollouts with our own collation and forward pass, and the staleness diagnostics
+reach TRL's logs."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl", reason="needs the trl extra: pip install -e '.[trl]'")
+
+import torch  # noqa: E402
+from llm_helpers import small_config  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+from llm_experiments.integrations import trl as rt  # noqa: E402
+from llm_experiments.rl import losses  # noqa: E402
+
+G = 4
+
+
+def _trainer(tmp_path, loss_type: str, m2_threshold: float = 0.04):
+    from datasets import Dataset
+
+    from llm_experiments.policy.models import load_policy
+    from llm_experiments.tasks import make_task
+    torch.set_num_threads(1)
+    cfg = small_config()
+    task = make_task(cfg.task)
+    model, tok = load_policy(cfg, task)
+    problems = task.sample_train(16, np.random.default_rng(0))
+    by_id = {p.pid: p for p in problems}
+    data = Dataset.from_dict({"prompt": [p.prompt for p in problems],
+                              "pid": [p.pid for p in problems]})
+
+    def reward(completions, pid, **_):
+        return [task.reward(by_id[int(i)], c) for c, i in zip(completions, pid)]
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
+                      disable_tqdm=True, save_strategy="no", per_device_train_batch_size=8,
+                      num_generations=G, beta=0.0, steps_per_generation=1,
+                      max_completion_length=4, max_steps=2, learning_rate=1e-3,
+                      logging_steps=1, seed=0, loss_type=loss_type, epsilon=0.2,
+                      epsilon_high=0.28)
+    return rt.ReplayGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
+                                processing_class=tok, replay=rt.ReplaySettings(16, 8),
+                                m2_threshold=m2_threshold)
+
+
+@pytest.mark.parametrize("loss_type", rt.HARNESS_LOSS_TYPES)
+def test_harness_loss_types_train_and_equal_policy_loss(tmp_path, loss_type):
+    trainer = _trainer(tmp_path, loss_type, m2_threshold=0.01)
+    trainer.train()
+    logged = trainer.state.log_history[0]
+    assert np.isfinite(logged["replay/is_ess"]) and "replay/acted_neg" in logged
+    trainer.model.train()
+    rows = [trainer.train_dataset[i] for i in range(2) for _ in range(G)]
+    inputs = trainer._prepare_inputs(rows)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # move the policy so that replayed ratios leave 1
+        for p in trainer.model.parameters():
+            p.add_(0.05 * p.abs().mean() * torch.randn(p.shape, generator=gen))
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    trl_loss = trainer._compute_loss(trainer.model, inputs)
+    trl_grad = torch.autograd.grad(trl_loss, params)
+    tb = losses.collate(trainer.steps[-1].batch, trainer.processing_class.pad_token_id)
+    logp, _ = losses.batch_logprobs(trainer.model, tb, trainer.temperature)
+    ours = losses.policy_loss(logp, tb, loss=loss_type, clip_low=0.2, clip_high=0.28,
+                              m2_threshold=0.01).mean()
+    our_grad = torch.autograd.grad(ours, params)
+    assert trl_loss.item() == pytest.approx(ours.item(), rel=1e-5, abs=1e-6)
+    for a, b in zip(trl_grad, our_grad):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_bad_m2_threshold_is_one_line(tmp_path):
+    with pytest.raises(ValueError, match="m2_threshold"):
+        _trainer(tmp_path, "m2po", m2_threshold=0.0)
