@@ -32,6 +32,10 @@ SPEED_KEYS = ("run.fast_kernels", "run.direct_forward", "run.train_layout", "run
 EVAL_KEYS = ("eval_accuracy", "pass@1", "pass@2", "pass@4", "pass@8", "pass@16")
 TRAIN_KEYS = ("train_reward", "entropy", "staleness_mean", "replay_ratio_mean",
               "steps_since_last_use_mean", "clip_fraction", "approx_kl", "is_ess", "grad_norm")
+# The stale-rollout diagnostics (theory.md section 12.2): kept where a run logs them, so that
+# runs from before them compact to the same bytes.
+STALENESS_KEYS = ("staleness_max", "ratio_max", "logr2", "logr2_kept", "acted_pos",
+                  "acted_neg", "head_grad_norm")
 TRAIN_EVERY = 5  # keep every 5th step of the training curves
 CURVES = "a compacted curves.jsonl (results.py)"  # for error messages
 
@@ -124,10 +128,11 @@ def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
              for r in records if r.get("eval_accuracy") is not None]
     train = [r for r in records if r["step"] % TRAIN_EVERY == 0]
     base = ("step", "samples_generated", "samples_consumed")
+    logged = tuple(k for k in STALENESS_KEYS if any(k in r for r in train))
     return {"run_id": run_id, "settings": settings,
             "batch_size": cfg["schedule"]["batch_size"],
             "eval": _columns(evals, base + EVAL_KEYS),
-            "train": _columns(train, base + TRAIN_KEYS, digits=4),
+            "train": _columns(train, base + TRAIN_KEYS + logged, digits=4),
             "summary": {k: val for k, val in summary.items() if k != "histograms"}}
 
 

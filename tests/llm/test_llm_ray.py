@@ -72,14 +72,18 @@ def test_buffer_actor_draws_as_the_in_process_buffer(actors):
     assert ray.get(actor.histograms.remote()) == local.index.histograms()
 
 
-def test_two_trainer_ranks_hold_identical_weights(actors):
+@pytest.mark.parametrize("loss", ["grpo", "neg_clip"])
+def test_two_trainer_ranks_hold_identical_weights(actors, loss):
     """Gloo all-reduce: after a step both ranks hold the same weights, and the averaged
-    gradient is the whole batch's (its norm equals one process's on the union of shards)."""
+    gradient is the whole batch's (its norm equals one process's on the union of shards),
+    for a loss averaged per rollout (m2po's mask and the token losses' denominator are each
+    rank's shard's, as in AReaL)."""
     import torch
 
     from llm_experiments.engines.ray_engine import BufferHolder, TrainerRank
-    cfg = small_config(*RAY, "schedule.trainers=2", "buffer.capacity=32")
-    reference = TrainerRank(small_config(*RAY, "buffer.capacity=32"), 0, None, None, None)
+    cfg = small_config(*RAY, "schedule.trainers=2", "buffer.capacity=32", f"trainer.loss={loss}")
+    reference = TrainerRank(small_config(*RAY, "buffer.capacity=32", f"trainer.loss={loss}"),
+                            0, None, None, None)
     initial = {k: v.clone() for k, v in reference.model.state_dict().items()}
     vocab = reference.model.config.vocab_size
     batch = _rollouts(32, 0)
@@ -104,6 +108,7 @@ def test_two_trainer_ranks_hold_identical_weights(actors):
     assert len(drawn) == 16
     stats = reference.train_step([batch[i] for i in drawn], keep_grad=False)
     assert rep0.stats["grad_norm"] == pytest.approx(stats["grad_norm"], rel=1e-4)
+    assert {"acted_neg", "logr2", "ratio_max", "head_grad_norm"} <= set(rep0.stats)
 
 
 def _kill_when(path, lines, suffix):
