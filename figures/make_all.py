@@ -14,7 +14,9 @@ the stale bias and noise on two more seeds (``results/horizon_align_moments``) i
 ``align_moments.md``; the same at training buffers of 4 and 64 steps, births 100 and 200
 (``results/horizon_align_buffer``, theory.md 11.18) in ``align_buffer_x4.md`` and
 ``align_buffer_x64.md``; the horizon without the clip against cpu_sweep_v3's clipped cells
-(``results/horizon_unclipped``, theory.md 11.19) in ``unclipped.md``. A family
+(``results/horizon_unclipped``, theory.md 11.19) in ``unclipped.md``; the horizon under each
+stale-rollout loss with its staleness diagnostics (``results/horizon_losses``, theory.md
+section 12) in ``losses.md`` and ``losses_diagnostics.png``. A family
 whose saved results are missing is reported and skipped so the others still build.
 """
 
@@ -120,10 +122,16 @@ def _unclipped(out):
                           + ([] if out is None else ["--out", str(out)]))  # raises if absent
 
 
+def _losses(out):
+    from figures import losses
+    return losses.main(["--results", str(RESULTS)]
+                       + ([] if out is None else ["--out", str(out)]))  # raises if absent
+
+
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
             "verdicts": _verdicts, "windows": _windows, "growth": _growth, "align": _align,
             "align_variants": _align_variants, "align_moments": _align_moments,
-            "align_buffer": _align_buffer, "unclipped": _unclipped}
+            "align_buffer": _align_buffer, "unclipped": _unclipped, "losses": _losses}
 
 
 def main(argv=None) -> int:
