@@ -16,7 +16,8 @@ the stale bias and noise on two more seeds (``results/horizon_align_moments``) i
 ``align_buffer_x64.md``; the horizon without the clip against cpu_sweep_v3's clipped cells
 (``results/horizon_unclipped``, theory.md 11.19) in ``unclipped.md``; the horizon under each
 stale-rollout loss with its staleness diagnostics (``results/horizon_losses``, theory.md
-section 12) in ``losses.md`` and ``losses_diagnostics.png``. A family
+section 12) in ``losses.md`` and ``losses_diagnostics.png``; the calculator's advice scored
+on every committed setting and window (theory.md section 13) in ``advice.md``. A family
 whose saved results are missing is reported and skipped so the others still build.
 """
 
@@ -122,6 +123,11 @@ def _unclipped(out):
                           + ([] if out is None else ["--out", str(out)]))  # raises if absent
 
 
+def _advice(out):
+    from figures import advice
+    return advice.main([] if out is None else ["--out", str(out)])
+
+
 def _losses(out):
     from figures import losses
     return losses.main(["--results", str(RESULTS)]
@@ -131,7 +137,8 @@ def _losses(out):
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
             "verdicts": _verdicts, "windows": _windows, "growth": _growth, "align": _align,
             "align_variants": _align_variants, "align_moments": _align_moments,
-            "align_buffer": _align_buffer, "unclipped": _unclipped, "losses": _losses}
+            "align_buffer": _align_buffer, "unclipped": _unclipped, "losses": _losses,
+            "advice": _advice}
 
 
 def main(argv=None) -> int:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import checks
+from .advice import Advice, advise
 from .model.compute import mu_from_costs
 from .model.design import ON_POLICY, REPLAY, Design, objective, optimal_design
 from .integer_search import (RowMinima, Rows, async_rows, at_horizon, minimise_rows,
@@ -125,8 +126,12 @@ def measured_horizon(run_updates: int | None) -> float:
 
 # Whether any horizon model (section 5, 10 or later) has predicted measured optima: not yet.
 HORIZON_MODEL_VALIDATED = False
-HORIZON_MEASURED, HORIZON_MODEL = "measured", "model"
-HORIZON_SOURCES = (HORIZON_MEASURED, HORIZON_MODEL)
+# evidence: x and y of ``advice.advise`` (section 13); measured: x = MEASURED_HORIZON, y the
+# model's; run_length: x from the measured run-length curve (``measured_horizon``), which did
+# not transfer to a setting outside the repository (unvalidated); model: the model's own.
+HORIZON_EVIDENCE, HORIZON_MEASURED = "evidence", "measured"
+HORIZON_RUN_LENGTH, HORIZON_MODEL = "run_length", "model"
+HORIZON_SOURCES = (HORIZON_EVIDENCE, HORIZON_MEASURED, HORIZON_RUN_LENGTH, HORIZON_MODEL)
 
 
 @dataclass(frozen=True)
@@ -162,8 +167,12 @@ class ReplayRecommendation:
         design_feasible: whether ``design``'s continuous (x*, y*) is a replay point of the
             feasible set (y* <= x*, i.e. N >= B, and x* within the horizon limit); when not,
             a note says it is the unconstrained optimum.
-        horizon_source: "measured" (x is ``MEASURED_HORIZON``, section 10.11) or "model"
-            (the model's own horizon; always for on-policy answers).
+        horizon_source: one of ``HORIZON_SOURCES``: "evidence" (x and y from
+            ``advice.advise``, section 13), "measured" (x is ``MEASURED_HORIZON``, section
+            10.11), "run_length" (x from the measured run-length curve, unvalidated) or
+            "model" (the model's own horizon; always for the model's on-policy answers).
+        advice: the ``advice.Advice`` behind an "evidence" answer (loss, band, regrets,
+            measured gain over on-policy, provenance), else None.
         horizon_validated: whether the horizon model behind the answer has been validated
             (``HORIZON_MODEL_VALIDATED``: False so far).
         model_horizon: x of the model's own best integer configuration (1 if on-policy),
@@ -197,6 +206,7 @@ class ReplayRecommendation:
     horizon_source: str = HORIZON_MODEL
     horizon_validated: bool = HORIZON_MODEL_VALIDATED
     model_horizon: float | None = None
+    advice: Advice | None = None
 
     @property
     def on_policy(self) -> bool:
@@ -210,7 +220,9 @@ class ReplayRecommendation:
                 and self.design.horizon >= self.horizon_limit * (1 - 1e-9))
 
     def to_dict(self) -> dict:
-        d = {k: val for k, val in self.__dict__.items() if k not in ("design", "notes")}
+        d = {k: val for k, val in self.__dict__.items()
+             if k not in ("design", "notes", "advice")}
+        d["advice"] = None if self.advice is None else self.advice.to_dict()
         d["horizon_at_limit"] = self.horizon_at_limit
         d["notes"] = list(self.notes)
         d["design"] = self.design.to_dict()
@@ -415,16 +427,25 @@ def _candidate(rows: Rows, minima: RowMinima) -> _Candidate | None:
 
 
 def _measured_target(req: _Request) -> float:
-    """The measured best horizon for this request (updates, ``measured_horizon``), within
-    the horizon limit."""
-    return min(measured_horizon(req.run_updates), req.horizon_limit)
+    """The measured best horizon for this request (updates): ``MEASURED_HORIZON``, or with
+    "run_length" ``measured_horizon(run_updates)``; within the horizon limit."""
+    run = req.run_updates if req.horizon_source == HORIZON_RUN_LENGTH else None
+    return min(measured_horizon(run), req.horizon_limit)
 
 
-def _at_measured(req: _Request, rows: Rows, score, notes: list[str]) -> _Candidate:
-    """The best configuration at the measured horizon: in each row the buffer sizes next to
-    x R, the model's J choosing among rows (so y comes from the model); if no row reaches
-    that horizon, the rows nearest it in log x, the model's J choosing among those."""
-    target = _measured_target(req)
+def _nearest_ratio(rows: Rows, replay_ratio: float) -> Rows:
+    """The rows whose y = B/R is nearest ``replay_ratio`` in log scale."""
+    d = np.abs(np.log(rows.replay_ratio / replay_ratio))
+    return rows.where(d <= d.min() + 1e-9)
+
+
+def _at_measured(req: _Request, rows: Rows, score, notes: list[str],
+                 target: float | None = None) -> _Candidate:
+    """The best configuration at the measured horizon (``target``, default
+    ``_measured_target``): in each row the buffer sizes next to x R, the model's J choosing
+    among rows; if no row reaches that horizon, the rows nearest it in log x, the model's J
+    choosing among those."""
+    target = _measured_target(req) if target is None else min(target, req.horizon_limit)
     best = _candidate(rows, at_horizon(score, rows, target))
     if best is not None:
         return best
@@ -475,10 +496,12 @@ def _recommendation(req: _Request, design: Design, notes: list[str],
                                 design_feasible=feasible)
 
 
-def _on_policy(req: _Request, design: Design, notes: list[str]) -> ReplayRecommendation:
-    """The on-policy answer: N = B = R, every rollout used once, no buffer."""
+def _on_policy(req: _Request, design: Design, notes: list[str],
+               by_model: bool = True) -> ReplayRecommendation:
+    """The on-policy answer: N = B = R, every rollout used once, no buffer (``by_model``:
+    the model's choice, else the evidence's)."""
     b, w, t = _on_policy_split(req)
-    if design.regime == REPLAY:
+    if by_model and design.regime == REPLAY:
         notes.append("no integer configuration under the constraints beats on-policy "
                      "training, although the continuous optimum is a replay design")
     return _recommendation(req, design, notes, buffer_size=b, batch_size=b,
@@ -488,23 +511,26 @@ def _on_policy(req: _Request, design: Design, notes: list[str]) -> ReplayRecomme
                            steps=req.steps_for(1 + req.mu), model_horizon=1.0)
 
 
-def _capped(req: _Request, best: _Candidate, source: str) -> bool:
-    """Whether the horizon limit, not the objective, set the horizon: the measured horizon
-    past the limit, or the model's optimum at the largest N the limit allows."""
-    if source == HORIZON_MEASURED:
-        return measured_horizon(req.run_updates) > req.horizon_limit
+def _capped(req: _Request, best: _Candidate, source: str, target: float | None) -> bool:
+    """Whether the horizon limit, not the objective, set the horizon: the measured or
+    advised horizon ``target`` past the limit, or the model's optimum at the largest N the
+    limit allows."""
+    if target is not None:
+        return target > req.horizon_limit
     return best.at_top
 
 
 def _replay(req: _Request, design: Design, best: _Candidate, notes: list[str], *,
-            source: str, model_horizon: float) -> ReplayRecommendation:
+            source: str, model_horizon: float, target: float | None = None,
+            advice: Advice | None = None) -> ReplayRecommendation:
     """A replay answer; gamma = cost / (1 + mu) (section 3), 1 - J/J(1, 1)
-    the saving (section 5)."""
+    the saving (section 5). ``target``: the measured or advised horizon, None for the
+    model's."""
     j_ratio = best.objective / design.on_policy_objective
     x = best.horizon
     gamma = best.cost / (1 + req.mu)
     steps = req.steps_for(best.cost)
-    capped = _capped(req, best, source)
+    capped = _capped(req, best, source, target)
     if capped:
         where = (f"max_horizon = {req.max_horizon:g}" if req.max_horizon <= req.table_limit
                  else f"the noise table's measured range, {req.table_limit:g}")
@@ -524,7 +550,22 @@ def _replay(req: _Request, design: Design, best: _Candidate, notes: list[str], *
                            at_nb_edge=bool(best.buffer_size == best.batch_size),
                            horizon_capped=capped,
                            extrapolated=table is not None and x > table.measured_horizon,
-                           horizon_source=source, model_horizon=model_horizon)
+                           horizon_source=source, model_horizon=model_horizon, advice=advice)
+
+
+def _from_evidence(req: _Request, design: Design, rows: Rows, score, notes: list[str],
+                   model_best: _Candidate | None) -> ReplayRecommendation:
+    """The "evidence" answer: on-policy when the advice is, else the integers at the
+    advised x among the rows nearest the advised y, the model's J choosing among them."""
+    advice = advise(req.mu, req.run_updates)
+    model_x = 1.0 if model_best is None else model_best.horizon
+    if advice.on_policy or not len(rows):
+        rec = _on_policy(req, design, notes, by_model=False)
+        return replace(rec, horizon_source=HORIZON_EVIDENCE, advice=advice)
+    best = _at_measured(req, _nearest_ratio(rows, advice.replay_ratio), score, notes,
+                        target=advice.horizon)
+    return _replay(req, design, best, notes, source=HORIZON_EVIDENCE, model_horizon=model_x,
+                   target=advice.horizon, advice=advice)
 
 
 def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel | None = None,
@@ -535,7 +576,7 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
                    min_steps: int | None = None, max_buffer_size: int | None = None,
                    max_horizon: float = 1000.0, average: str | None = None,
                    reuse=DEFAULT_REUSE, contribution=None,
-                   horizon_source: str = HORIZON_MEASURED,
+                   horizon_source: str = HORIZON_EVIDENCE,
                    run_updates: int | None = None) -> ReplayRecommendation:
     """The replay configuration the theory recommends for your costs and noise (sections 5,
     5.9 and 10).
@@ -569,16 +610,17 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
         contribution: a ``reuse.ExpContribution`` (section 10.4: the share of a stale or
             reused sample's gradient the clip keeps), or None (no default: its measured
             per-use constant changed sign between our settings, section 10.11).
-        horizon_source: "measured" (default) or "model". The model decides replay against
-            on-policy either way; for a replay answer with stale rollouts (the model's x > 1)
-            "measured" keeps the horizon x at the
-            best one measured on this project's settings (``MEASURED_HORIZON`` updates, see
-            section 10.11: no horizon model is validated yet) and lets the model choose y and
-            the integers there; "model" takes the model's own horizon (``Calibration``'s
-            default).
-        run_updates: trainer updates the run will make (integer >= 1), or None. With
-            "measured", the horizon is then ``measured_horizon(run_updates)``: the best
-            horizon measured at that run length (6 updates at 30, 8 at 100, 64 at 300).
+        horizon_source: "evidence" (default): the advice of ``advice.advise`` (section 13)
+            decides on-policy against replay and sets x and y, measured on this project's
+            grids at the run length and mu nearest yours; the integers are the model's best
+            there, and ``advice`` says what the evidence showed. "measured": the model
+            decides replay against on-policy, x is ``MEASURED_HORIZON`` and the model
+            chooses y. "run_length": as "measured" with x = ``measured_horizon(run_updates)``,
+            the measured run-length curve (6 updates at 30, 8 at 100, 64 at 300), which did
+            not transfer to a setting outside the repository: unvalidated. "model": the
+            model's own horizon (``Calibration``'s default).
+        run_updates: trainer updates the run will make (integer >= 1), or None; read by
+            "evidence" (the run length matched) and "run_length".
 
     Returns:
         A frozen ``ReplayRecommendation``. On-policy (N = B, each rollout used once) is a
@@ -615,13 +657,16 @@ def optimal_config(mu: float | None = None, rho: float = 0.1, noise: NoiseModel 
     model_best = _candidate(rows, minimise_rows(
         score, rows, _lower_bound(req, rows, design.average),
         incumbent=design.on_policy_objective)) if len(rows) else None
-    if model_best is None or model_best.objective >= design.on_policy_objective:
+    if req.horizon_source == HORIZON_EVIDENCE:
+        rec = _from_evidence(req, design, rows, score, notes, model_best)
+    elif model_best is None or model_best.objective >= design.on_policy_objective:
         rec = _on_policy(req, design, notes)
-    elif req.horizon_source == HORIZON_MEASURED and model_best.horizon > 1 + 1e-9:
+    elif req.horizon_source != HORIZON_MODEL and model_best.horizon > 1 + 1e-9:
         # x = 1 keeps no stale rollout (R >= B fresh ones a step): the model's on-policy
         # regime (section 5.7), which no measured horizon speaks against.
         rec = _replay(req, design, _at_measured(req, rows, score, notes), notes,
-                      source=HORIZON_MEASURED, model_horizon=model_best.horizon)
+                      source=req.horizon_source, model_horizon=model_best.horizon,
+                      target=_measured_target(req))
     else:
         rec = _replay(req, design, model_best, notes, source=HORIZON_MODEL,
                       model_horizon=model_best.horizon)
@@ -696,6 +741,12 @@ def _explain(rec: ReplayRecommendation, req: _Request) -> str:
     verdict = (f"predicted compute to reach the same loss bound: {100 * saving:.0f}% less "
                f"than on-policy" if saving >= 0 else
                f"predicted {100 * -saving:.0f}% more compute than on-policy")
+    if rec.advice is not None and rec.advice.gain is not None:
+        g = rec.advice.gain
+        verdict = (f"measured: {g[0]:+.3f} AUC against on-policy at equal compute "
+                   f"(from {g[1]:+.3f} to {g[2]:+.3f} over {len(rec.advice.evidence)} "
+                   f"settings; the model's own figure at these integers, {verdict}, comes "
+                   f"from the horizon term the measurements contradict)")
     return (f"{head} Keep a FIFO buffer of the last {rec.buffer_size} rollouts "
             f"({rec.horizon:.3g} steps of generation) and train on batches of {rec.batch_size} "
             f"with {rec.rollouts_per_step:.3g} new rollouts per step, so each rollout is used "
@@ -711,17 +762,21 @@ _MEASUREMENT = ("the best horizon measured on this project's registered grids gr
 
 
 def _explain_horizon(rec: ReplayRecommendation, req: _Request) -> str:
-    """Where the horizon came from and what was measured (section 10.11)."""
+    """Where the horizon came from and what was measured (sections 10.11, 13)."""
+    if rec.horizon_source == HORIZON_EVIDENCE:
+        return _explain_evidence(rec)
     if rec.on_policy:
-        if req.horizon_source != HORIZON_MEASURED:
+        if req.horizon_source == HORIZON_MODEL:
             return ""
         return (f" The model's regime is kept; {_MEASUREMENT}, and on-policy training lost "
                 f"0-13% of the best gain there.")
     model_x = (f"the model's own choice is x = {rec.model_horizon:.3g} (continuous optimum "
                f"x* = {rec.design.horizon:.3g})")
-    if rec.horizon_source == HORIZON_MEASURED:
-        share = ("" if req.run_updates is None else
-                 f" ({rec.horizon / req.run_updates:.0%} of run_updates = {req.run_updates})")
+    if rec.horizon_source in (HORIZON_MEASURED, HORIZON_RUN_LENGTH):
+        share = ("" if rec.horizon_source == HORIZON_MEASURED else
+                 f" ({rec.horizon / req.run_updates:.0%} of run_updates = {req.run_updates}; "
+                 f"the run-length curve is unvalidated: it did not transfer to a setting "
+                 f"outside the repository)")
         # The model's saving at a horizon it would not choose is the part measurements
         # contradict: there a long buffer beat on-policy training (section 8.10).
         doubt = ("" if rec.predicted_saving >= 0 else
@@ -734,6 +789,25 @@ def _explain_horizon(rec: ReplayRecommendation, req: _Request) -> str:
                 f"horizon_source='model' returns the model's horizon.{doubt}")
     return (f" The horizon is the model's and is not validated: {_MEASUREMENT}; "
             f"{model_x}.")
+
+
+def _explain_evidence(rec: ReplayRecommendation) -> str:
+    """What the advice behind an "evidence" answer measured (section 13)."""
+    a = rec.advice
+    if not a.evidence:
+        return " No measured setting was left to advise from: the rule x = 64, y = sqrt(mu)."
+    band = ", ".join(f"x = {b.horizon:g}, y = {b.replay_ratio:g}" for b in a.band)
+    dom = ("it loses no more than the rule nor, where on-policy beats the rule, than "
+           "on-policy, in every one" if a.dominates else
+           "no cell loses no more than the rule (and on-policy where it beats the rule) in "
+           "every one: it is the cell whose largest excess is least")
+    return (f" The horizon and the replay ratio are measured, not modelled (section 13): "
+            f"x = {a.horizon:g}, y = {a.replay_ratio:g} is the grid cell advised there (mean "
+            f"regret {a.regret:.3f} of the best gain; the rule x = 64, y = sqrt(mu) {a.rule_regret:.3f}"
+            f"{'' if a.on_policy_regret is None else f', on-policy {a.on_policy_regret:.3f}'}) "
+            f"over {len(a.evidence)} settings measured at {a.run_updates} updates and mu "
+            f"near {a.mu:.3g}; {dom}. Within {a.epsilon:g} of its mean regret: {band}. "
+            f"Loss: {a.loss}.")
 
 
 def design_grid(mus, alphas, rho: float, *, average: str | None = None) -> dict:

@@ -11,7 +11,7 @@ import json
 import math
 import sys
 
-from .calculator import (DEFAULT_REUSE, HORIZON_MEASURED, HORIZON_SOURCES, MEASURED_HORIZON,
+from .calculator import (DEFAULT_REUSE, HORIZON_EVIDENCE, HORIZON_SOURCES, MEASURED_HORIZON,
                          optimal_config)
 from .cli_input import BadInput, Parser, integer, output_dir, parse_json, read_text, real
 from .model.compute import PAPER_GAMMA_TABLES, PAPER_SPLITS, gamma_table
@@ -138,6 +138,10 @@ def _cmd_optimal(args) -> int:
         rows.append(("steps in budget", cfg.steps))
     print("Recommended replay configuration")
     print(_table(rows))
+    if cfg.advice is not None:
+        r = args.rollouts_per_step or max(1, int(round(cfg.rollouts_per_step)))
+        print("\nIn your framework's names (R = %d new rollouts per update)" % r)
+        print(_table(list(cfg.advice.names(r).items())))
     print()
     print(cfg.explanation)
     for note in cfg.notes:
@@ -226,14 +230,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="self-correlation c in [0, 1] of one rollout's uses (theory.md section "
                         f"10.2; default {DEFAULT_REUSE.c:g}, the median measured on our "
                         "settings; 0 gives section 5's model)")
-    o.add_argument("--horizon-source", choices=HORIZON_SOURCES, default=HORIZON_MEASURED,
-                   help="measured (default): keep a replay answer's horizon at the best one "
-                        f"measured on our settings ({MEASURED_HORIZON:g} updates; theory.md "
-                        "10.11); model: the model's own, unvalidated horizon")
+    o.add_argument("--horizon-source", choices=HORIZON_SOURCES, default=HORIZON_EVIDENCE,
+                   help="evidence (default): horizon, replay ratio and on-policy or not from "
+                        "the grids measured nearest your run length and mu (theory.md 13); "
+                        f"measured: x = {MEASURED_HORIZON:g} updates, y the model's (10.11); "
+                        "run_length: x from the measured run-length curve (unvalidated, "
+                        "11.12); model: the model's own, unvalidated horizon")
     o.add_argument("--run-updates", type=integer(1), metavar="T",
-                   help="updates the run will make (>= 1): the measured horizon becomes the "
-                        "best horizon measured at that run length (interpolated between "
-                        "30 and 300 updates: 6 at 30, 8 at 100, 64 at 300; theory.md 11.12)")
+                   help="updates the run will make (>= 1): the run length the evidence is "
+                        "matched at (and, with --horizon-source run_length, the curve read)")
+    o.add_argument("--rollouts-per-step", type=integer(1), metavar="R",
+                   help="with --horizon-source evidence, also print the advice in the names "
+                        "frameworks use (loss_type, max_staleness, replay_buffer_size, ...) "
+                        "for R new rollouts per update (>= 1; default the answer's R)")
     o.add_argument("--json", action="store_true", help="print JSON")
     o.set_defaults(func=_cmd_optimal)
 

@@ -145,7 +145,7 @@ def test_sync_config_integers_near_continuous_optimum():
 
 @pytest.mark.parametrize("alpha", [0.5, 0.9])
 def test_on_policy_is_a_first_class_answer(alpha):
-    cfg = optimal_config(mu=6.84, rho=0.1, alpha=alpha, gpus=8, batch_size=60)
+    cfg = model_config(mu=6.84, rho=0.1, alpha=alpha, gpus=8, batch_size=60)
     assert cfg.on_policy and cfg.regime == "on-policy"
     assert cfg.buffer_size == cfg.batch_size == 60
     assert cfg.replay_ratio == 1.0 and cfg.horizon == 1.0
@@ -156,7 +156,7 @@ def test_on_policy_is_a_first_class_answer(alpha):
 
 
 def test_on_policy_regime_of_check_values():
-    cfg = optimal_config(mu=5.28, rho=1.0, alpha=0.2, gpus=8, batch_size=60)
+    cfg = model_config(mu=5.28, rho=1.0, alpha=0.2, gpus=8, batch_size=60)
     assert cfg.on_policy and cfg.design.horizon == pytest.approx(0.921, abs=1e-3)
 
 

@@ -131,9 +131,9 @@ def test_optimal_config_matches_the_exhaustive_minimum(req):
 
 # ---- the measured horizon (issue 25 item 5, section 10.11) --------------------------------
 
-def test_default_keeps_the_measured_horizon_not_the_smallest_buffer():
+def test_measured_keeps_the_measured_horizon_not_the_smallest_buffer():
     # Old default: N = B = 60, R = 11 (x = y = 5.45), a horizon every measurement contradicts.
-    cfg = optimal_config(mu=30, rho=0.05, alpha=0.05, batch_size=60)
+    cfg = optimal_config(mu=30, rho=0.05, alpha=0.05, batch_size=60, horizon_source="measured")
     model = optimal_config(mu=30, rho=0.05, alpha=0.05, batch_size=60, horizon_source="model")
     assert model.buffer_size == 60 and model.at_nb_edge
     assert cfg.horizon_source == "measured" and cfg.horizon == MEASURED_HORIZON
@@ -174,12 +174,18 @@ def test_measured_horizons_match_the_committed_verdicts():
         assert reg["steps"] == m.run_updates
 
 
-def test_measured_horizon_scales_with_run_updates_and_respects_the_limit():
-    cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=64, run_updates=1000)
+def test_run_length_horizon_scales_with_run_updates_only_when_asked():
+    cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=64, run_updates=1000,
+                         horizon_source="run_length")
     assert cfg.horizon == pytest.approx(64 / 300 * 1000, rel=0.02)
-    assert "21% of run_updates = 1000" in cfg.explanation
-    short = optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=64, run_updates=100)
+    assert "21% of run_updates = 1000" in cfg.explanation and "unvalidated" in cfg.explanation
+    short = optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=64, run_updates=100,
+                           horizon_source="run_length")
     assert short.horizon == pytest.approx(8.0, rel=0.1)  # horizon_short's best, not 21
+    # "measured" no longer follows the run-length curve
+    kept = optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=64, run_updates=100,
+                          horizon_source="measured")
+    assert kept.horizon == pytest.approx(MEASURED_HORIZON, rel=0.1)
     capped = optimal_config(mu=6.84, rho=0.1, alpha=0.1, batch_size=64, max_horizon=20)
     assert capped.horizon <= 20 and capped.horizon_capped
     assert any("max_horizon = 20" in n for n in capped.notes)
@@ -193,15 +199,16 @@ def test_measured_horizon_scales_with_run_updates_and_respects_the_limit():
 
 
 def test_measured_horizon_under_a_split_and_the_model_keeps_the_regime():
-    cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.1, gpus=8, batch_size=64)
+    cfg = optimal_config(mu=6.84, rho=0.1, alpha=0.1, gpus=8, batch_size=64,
+                         horizon_source="measured")
     assert cfg.horizon_source == "measured" and cfg.buffer_size % cfg.trainers == 0
     assert abs(cfg.buffer_size - 64 * cfg.rollouts_per_step) < cfg.trainers
-    on = optimal_config(mu=6.84, rho=0.1, alpha=0.9, batch_size=64)
+    on = optimal_config(mu=6.84, rho=0.1, alpha=0.9, batch_size=64, horizon_source="measured")
     assert on.on_policy and on.horizon_source == "model"
     assert "on-policy training lost 0-13% of the best gain there" in on.explanation
     # Cheap generation: the model keeps only fresh rollouts (x = 1, R = 34 > B = 18); no
     # stale rollout to put a horizon on, so its answer stands.
-    fresh = optimal_config(mu=0.3, alpha=2.0, batch_size=18)
+    fresh = optimal_config(mu=0.3, alpha=2.0, batch_size=18, horizon_source="measured")
     assert (fresh.horizon, fresh.rollouts_per_step, fresh.horizon_source) == (1.0, 34.0, "model")
 
 

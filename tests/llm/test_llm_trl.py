@@ -122,7 +122,7 @@ def test_trl_config_keeps_the_horizon_and_rounds_r_to_whole_groups(tmp_path):
 
 
 def test_trl_config_on_policy_and_async():
-    on = optimal_config(mu=2.0, alpha=2.0, batch_size=18)
+    on = optimal_config(mu=2.0, alpha=2.0, batch_size=18, horizon_source="measured")
     mapped = rt.trl_config(on, G)
     assert on.on_policy and mapped.replay.on_policy
     assert mapped.per_device_train_batch_size == mapped.replay.batch_size == 16
@@ -269,10 +269,11 @@ def test_trl_replay_benchmark_arms_and_equal_generation_batches(monkeypatch):
     settings = tr.parse(["--steps", "2", "--eval-every", "1", "--target", "0",
                          "--cache", CACHE])
     designs = {arm: tr.arm_design(arm, settings) for arm in tr.DESIGNS}
-    # R 24.5 (rule), 9 (section 5) -> 32, 8; the calculator's for a 2-step run is R = 63, x
-    # about 1 (its measured horizon for so short a run) -> 64.
+    # R 24.5 (rule), 9 (section 5) -> 32, 8; the calculator's for a 2-step run is the advice
+    # measured at the shortest runs (T = 30: x = 16, y = 2 at mu 6.84), R = 32.
     assert {a: (d.rollouts_per_step, d.steps_per_generation) for a, d in designs.items()} == \
-        {"calculator": (64, 1), "x64_sqrt_mu": (32, 2), "section5": (8, 8)}
+        {"calculator": (32, 2), "x64_sqrt_mu": (32, 2), "section5": (8, 8)}
+    assert (designs["calculator"].horizon, designs["calculator"].replay_ratio) == (16.0, 2.0)
     assert designs["x64_sqrt_mu"].horizon == 64 and designs["x64_sqrt_mu"].buffer_size == 2048
     # The small model, with the benchmark's own B, G, buffer and evaluation interval.
     small = [s for s in SMALL if not s.startswith(("schedule.", "buffer.", "eval.every"))]

@@ -1,0 +1,85 @@
+"""The measured horizon evidence the calculator's advice reads (``replaytheory.advice``), from
+the committed verdicts: ``python -m llm_experiments.study.evidence [--results DIR] [--out F]``.
+
+One record per judged (setting, run length, mu): every grid cell's AUC point estimate (mean
+eval accuracy over the evaluations of the window, at the cell's best learning rate, as
+``judge`` scores it), the setting's warm-start accuracy (median step-0 eval accuracy of its
+runs), the run length T in trainer updates and the family the setting belongs to (a grid and
+its windows are one family: leave-one-family-out scoring drops them together).
+
+Sources: every ``results/windows/*/validation.json`` (the registered grids scored over their
+first T updates, T = 30-300; the whole-run verdicts of those grids are their largest window)
+and the whole-run verdicts of the settings without windows (``heldout_digits3``,
+``heldout_init``, ``heldout_wide``, ``seconds_groups``). Only the AUC measure at mu =
+measured, 2 and 6.84. Written atomically, sorted, so a rerun on the same results gives the
+same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from replaytheory.advice import EVIDENCE_PATH
+from replaytheory.io import write_text
+
+from .results import load_runs
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+WHOLE_RUNS = ("heldout_digits3", "heldout_init", "heldout_wide", "seconds_groups")
+MU_SOURCES = ("measured", "2", "6.84")
+
+
+def _warm_start(results: Path, curves: str, cache: dict) -> float:
+    """Median step-0 eval accuracy of the runs in ``curves`` (a path under the repository)."""
+    if curves not in cache:
+        runs = load_runs(str(results.parent / curves))
+        cache[curves] = float(np.median([r.eval["eval_accuracy"][0] for r in runs]))
+    return cache[curves]
+
+
+def _records(results: Path, folder: Path, cache: dict) -> list[dict]:
+    """The evidence records of one verdict folder."""
+    window = re.search(r"^(.*)_T(\d+)$", folder.name)
+    family = window.group(1) if window else folder.name
+    out = []
+    for v in json.loads((folder / "validation.json").read_text()):
+        if v.get("measure") != "auc" or v.get("mu_source") not in MU_SOURCES:
+            continue
+        steps = int(window.group(2)) if window else json.loads(
+            (results.parent / v["registration"]["path"]).read_text())["steps"]
+        out.append({"setting": str(folder.relative_to(results)), "family": family,
+                    "run_updates": steps, "mu": round(float(v["mu"]), 4),
+                    "mu_source": v["mu_source"],
+                    "warm_start": _warm_start(results, v["curves"][0]["path"], cache),
+                    "cells": [{"label": c["label"], "x": c["horizon"], "y": c["replay_ratio"],
+                               "score": c["score"]} for c in v["cells"]]})
+    return out
+
+
+def collect(results: Path = RESULTS) -> list[dict]:
+    """Every evidence record under ``results`` (see the module docstring), sorted."""
+    folders = sorted((results / "windows").glob("*/validation.json"))
+    folders += [results / name / "validation.json" for name in WHOLE_RUNS]
+    cache: dict = {}
+    records = [r for f in folders if f.exists() for r in _records(results, f.parent, cache)]
+    return sorted(records, key=lambda r: (r["family"], r["run_updates"], r["mu"]))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=str(RESULTS), help="the results folder")
+    p.add_argument("--out", default=str(EVIDENCE_PATH), help="the evidence file to write")
+    a = p.parse_args(argv)
+    records = collect(Path(a.results))
+    write_text(a.out, json.dumps(records, indent=0, sort_keys=True) + "\n")
+    print(f"{len(records)} evidence records -> {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
