@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_helpers import small_config
+from llm_helpers import import_extra, small_config
 
 from llm_experiments.engines.ray_plan import (RESOLUTION, chunk_groups, lifo_min_capacity,
                                               shares)
@@ -62,7 +62,7 @@ def test_shares_examples(total, parts, want):
 def test_bundles_fit_the_cluster(workers, trainers, cpus):
     """One bundle per actor, CPUs that sum to at most the cluster's, each at most
     run.threads, each an amount Ray accepts."""
-    pytest.importorskip("ray")
+    import_extra("ray", "ray")
     from llm_experiments.engines.ray_engine import bundles
     cfg = small_config(*RAY, f"schedule.workers={workers}", f"schedule.trainers={trainers}",
                        "run.threads=2")
@@ -75,7 +75,7 @@ def test_bundles_fit_the_cluster(workers, trainers, cpus):
 
 
 def test_bundles_on_gpus_are_exact_too():
-    pytest.importorskip("ray")
+    import_extra("ray", "ray")
     from llm_experiments.engines.ray_engine import bundles
     cfg = small_config(*RAY, "schedule.workers=2", "run.device=cuda")
     got = bundles(cfg, {"CPU": 2.0, "GPU": 1.0})

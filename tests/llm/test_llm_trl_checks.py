@@ -10,11 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("trl")
+from llm_helpers import import_extra, recomputed_logprobs, small_config
+
+import_extra("trl", "trl")
 
 import torch  # noqa: E402
 import trl  # noqa: E402
-from llm_helpers import recomputed_logprobs, small_config  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from llm_experiments.rl import losses  # noqa: E402
