@@ -154,3 +154,18 @@ def test_a_bf16_run_with_default_kernels_trains(tmp_path):
                                  "probe.every=1")
     losses = [r["loss"] for r in records if "loss" in r]
     assert len(losses) == 2 and np.isfinite(losses).all()
+
+
+def test_the_probes_sample_in_the_runs_dtype_and_settings(tmp_path):
+    """Issue 38 N7: the probes' sampler is a copy in ``model.dtype`` with the run's decoding
+    settings, so that a bfloat16 run's probes measure its ratio floor (~1e-3), not a float32
+    copy's (~1e-7)."""
+    from llm_helpers import small_config
+
+    from llm_experiments.engines.experiment import Experiment
+    exp = Experiment(small_config("model.dtype=bfloat16", "sampler.compact_below=0.5"),
+                     str(tmp_path))
+    probes, run = exp.prober.sampler, exp.sampler
+    assert {p.dtype for p in probes.model.parameters()} == {torch.bfloat16}
+    assert (probes.compact_below, probes.cdf, probes.graphs, probes.direct) == \
+        (run.compact_below, run.cdf, run.graphs, run.direct)
