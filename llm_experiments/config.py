@@ -502,9 +502,10 @@ class TrainerConfig(_Section):
     micro_batch: rollouts per forward/backward pass; 0 = the largest whose predicted peak
         (``memory.predict_update_memory``) fits ``memory_gb``, the whole batch when it
         fits; the gradient is the same, only memory changes.
-    memory_gb: the update's memory budget in GiB (> 0), or 0 = 85% of a CUDA device's
-        memory less what other tensors hold there (the sampler's copy and decode cache;
-        ``memory.held_by_others``), 16 GiB on CPU (``memory.budget_bytes``).
+    memory_gb: the update's memory budget in GiB (> 0), or 0 = on a CUDA device what the
+        driver reports free (other processes' and the sampler's tensors out) plus the
+        trainer's own state, less 15% of the device as headroom; 16 GiB on CPU
+        (``memory.budget_bytes``).
     logit_chunk: completion tokens whose vocabulary logits are computed at once (>= 1;
         recomputed in the backward pass, ``losses.chunked_logprobs``), or 0 = as many as
         fit 1 GiB (``memory.logit_chunk``); a chunk covering the micro-batch computes them
