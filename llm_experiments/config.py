@@ -449,7 +449,7 @@ class BufferConfig(_Section):
     most B rollouts made per step (the surplus would be evicted unused); on the Ray engine a
     capacity >= B + n - gcd(n, B), n the rollouts of one sampler call, or the samplers can
     deadlock (``engines.ray_plan.lifo_min_capacity``).
-    horizon: staleness horizon x = N/R in steps (theory.md section 4), >= 0. When > 0 it sets
+    horizon: staleness horizon x = N/R in steps (theory.md section 4), >= 1 or 0. When > 0 it sets
     capacity = round(x R) (at least 1, rounded up to a multiple of the trainers, times G with
     a group sampling mode), with R the
     rollouts per step of the schedule (sync: B/y; async: B W / (T mu_accounting)); 0 = use
@@ -469,7 +469,7 @@ class BufferConfig(_Section):
     sampling: str = _choice("with_replacement", SAMPLING_MODES)
     delta: float = _real(0.0, 0.0, 1.0, hi_open=True)
     lifo: bool = _flag(False)
-    horizon: float = _real(0.0, 0.0)
+    horizon: float = _real(0.0, 1.0, or_value=0.0)  # x < 1: less than one step's rollouts
     horizon_growth: float = _real(0.0, 0.0, 1.0)
 
     def check(self) -> None:
