@@ -449,7 +449,7 @@ class BufferConfig(_Section):
     most B rollouts made per step (the surplus would be evicted unused); on the Ray engine a
     capacity >= B + n - gcd(n, B), n the rollouts of one sampler call, or the samplers can
     deadlock (``engines.ray_plan.lifo_min_capacity``).
-    horizon: staleness horizon x = N/R in steps (theory.md section 4), >= 0. When > 0 it sets
+    horizon: staleness horizon x = N/R in steps (theory.md section 4), >= 1 or 0. When > 0 it sets
     capacity = round(x R) (at least 1, rounded up to a multiple of the trainers, times G with
     a group sampling mode), with R the
     rollouts per step of the schedule (sync: B/y; async: B W / (T mu_accounting)); 0 = use
@@ -469,7 +469,7 @@ class BufferConfig(_Section):
     sampling: str = _choice("with_replacement", SAMPLING_MODES)
     delta: float = _real(0.0, 0.0, 1.0, hi_open=True)
     lifo: bool = _flag(False)
-    horizon: float = _real(0.0, 0.0)
+    horizon: float = _real(0.0, 1.0, or_value=0.0)  # x < 1: less than one step's rollouts
     horizon_growth: float = _real(0.0, 0.0, 1.0)
 
     def check(self) -> None:
@@ -510,9 +510,10 @@ class TrainerConfig(_Section):
     micro_batch: rollouts per forward/backward pass; 0 = the largest whose predicted peak
         (``memory.predict_update_memory``) fits ``memory_gb``, the whole batch when it
         fits; the gradient is the same, only memory changes.
-    memory_gb: the update's memory budget in GiB (> 0), or 0 = 85% of a CUDA device's
-        memory less what other tensors hold there (the sampler's copy and decode cache;
-        ``memory.held_by_others``), 16 GiB on CPU (``memory.budget_bytes``).
+    memory_gb: the update's memory budget in GiB (> 0), or 0 = on a CUDA device what the
+        driver reports free (other processes' and the sampler's tensors out) plus the
+        trainer's own state, less 15% of the device as headroom; 16 GiB on CPU
+        (``memory.budget_bytes``).
     logit_chunk: completion tokens whose vocabulary logits are computed at once (>= 1;
         recomputed in the backward pass, ``losses.chunked_logprobs``), or 0 = as many as
         fit 1 GiB (``memory.logit_chunk``); a chunk covering the micro-batch computes them

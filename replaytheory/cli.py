@@ -7,6 +7,7 @@ Bad input is reported as one line on stderr with exit status 2, never a tracebac
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import sys
@@ -22,10 +23,13 @@ NOISE_TABLE_FORMAT = ('JSON {"staleness": [...], "sigma2": [...]} (optional "cou
                       'with columns staleness,sigma2')
 
 
-def _noise_args(p, beyond_table: str):
-    """--rho and the noise model; ``beyond_table``: how far hold_last lets the horizon go."""
-    p.add_argument("--rho", type=real(0.0, 1.0), required=True,
-                   help="coupling coefficient in [0, 1]")
+def _noise_args(p, beyond_table: str, rho_default: float | None = None):
+    """--rho and the noise model; ``beyond_table``: how far hold_last lets the horizon go;
+    ``rho_default``: --rho's default (None: required)."""
+    p.add_argument("--rho", type=real(0.0, 1.0), required=rho_default is None,
+                   default=rho_default,
+                   help="coupling coefficient in [0, 1]" + (
+                       "" if rho_default is None else f" (default {rho_default:g})"))
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--alpha", type=real(0.0), help="power-law exponent of sigma(s) = "
                    "(s/tau)^alpha, >= 0")
@@ -212,7 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     o = sub.add_parser("optimal", help="recommend N, B, R and a worker/trainer split")
     _mu_args(o)
-    _noise_args(o, "horizons up to --max-horizon")
+    # --rho defaults as optimal_config's rho does, so the command and the function agree.
+    _noise_args(o, "horizons up to --max-horizon",
+                inspect.signature(optimal_config).parameters["rho"].default)
     o.add_argument("--gpus", type=integer(2), help="GPUs to split into workers and trainers "
                    "(>= 2)")
     o.add_argument("--trainers", type=integer(1), help="fix the number of trainers T (>= 1)")

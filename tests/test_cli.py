@@ -29,6 +29,14 @@ def test_optimal_table(capsys):
     assert "buffer_size N" in out and "predicted_saving" in out and "Keep a FIFO" in out
 
 
+def test_optimal_defaults_rho_as_optimal_config_does(capsys):
+    """Issue 38: ``optimal`` required --rho while ``optimal_config`` defaults it (0.1)."""
+    from replaytheory.calculator import PowerLawNoise, optimal_config
+    assert main(["optimal", "--mu", "6.84", "--alpha", "0.1", "--json"]) == 0
+    want = optimal_config(mu=6.84, noise=PowerLawNoise(alpha=0.1)).to_dict()
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(want, default=str))
+
+
 def test_gamma_table_flags_typo(capsys):
     assert main(["gamma"]) == 0
     out = capsys.readouterr().out

@@ -92,11 +92,14 @@ def test_bad_arguments_are_refused(tmp_path):
 
 @pytest.mark.slow
 def test_demo_end_to_end_on_a_tiny_model(tmp_path):
-    from tests.llm.llm_helpers import SMALL
+    """The whole job from the committed warm start of the small model (``SMALL_WARM_START``):
+    a warm start trained here differs from CPU to CPU (``models.cached_warm_start``), and
+    from some of them the calibration's probes are degenerate (issue 38)."""
+    from tests.llm.llm_helpers import SMALL, SMALL_WARM_START
     tiny = dict(s.split("=", 1) for s in SMALL if not s.startswith(("run.", "probe.")))
     tiny = {k: (json.loads(v) if v[:1] in "[0123456789-" else v) for k, v in tiny.items()}
-    overrides = {**tiny, "eval.every": 4, "probe.fresh_groups": 8, "probe.buffer_groups": 4,
-                 "probe.crn_groups": 2}
+    overrides = {**tiny, **SMALL_WARM_START, "eval.every": 4, "probe.fresh_groups": 8,
+                 "probe.buffer_groups": 4, "probe.crn_groups": 2}
     s = demo.run_demo(str(tmp_path), mu=6.84, steps=8, workers=2, progress=False,
                       overrides=overrides)
     assert (tmp_path / "demo.png").read_bytes()[:4] == b"\x89PNG"

@@ -83,7 +83,7 @@ from ..rl.schedule import ComputeClock, WeightStore
 from .seeds import BUFFER_STREAM, DELAY_STREAM, EVAL_STREAM, derived_seed
 from ..tasks import make_task
 from .loop import RunBooks, StepResult, run_loop
-from .ray_plan import RESOLUTION, chunk_groups, shares
+from .ray_plan import RESOLUTION, chunk_groups, packed_shares
 
 # Seconds without any actor finishing its work before the run stops with an error naming what
 # it waited for (a hang is never silent); one chunk or step of a large model must fit in it.
@@ -473,29 +473,33 @@ def connect(address: str | None) -> bool:
     return True
 
 
-def bundles(cfg: Config, total: dict) -> list[dict]:
+def bundles(cfg: Config, total: dict, node_cpus: list[float] | None = None) -> list[dict]:
     """Placement-group bundles: one per sampler, then one per trainer, for a cluster holding
-    ``total`` resources (``ray.cluster_resources()``). Each asks ``run.threads`` CPUs, or an
-    exact fair share of the cluster's if it has fewer, and on a GPU device a GPU or a share of
-    one (NCCL needs a whole GPU per trainer when T > 1); ``ray_plan.shares``: the shares sum
-    to at most the cluster's, so the group can be placed."""
+    ``total`` resources (``ray.cluster_resources()``) with ``node_cpus`` CPUs on each node
+    (None: one node). Each asks ``run.threads`` CPUs, or a share of the cluster's if it has
+    fewer, and on a GPU device a GPU or a share of one (NCCL needs a whole GPU per trainer
+    when T > 1); ``ray_plan.packed_shares``: a bundle never spans nodes or GPUs, so the
+    shares are such that whole bundles fill each node and each GPU, and the group can be
+    placed."""
     sc = cfg.schedule
     n = sc.workers + sc.trainers
-    cpus = shares(total.get("CPU", 0.0), n, cfg.run.threads)
+    cpus = packed_shares(node_cpus or [total.get("CPU", 0.0)], n, cfg.run.threads)
     if min(cpus) <= 0:
         raise ValueError(f"the Ray cluster has {total.get('CPU', 0.0):g} CPUs, too few for "
                          f"schedule.engine=ray with {n} actors (schedule.workers + "
                          f"schedule.trainers), {RESOLUTION:g} CPU each at least")
     out = [{"CPU": c} for c in cpus]
     if cfg.run.device.startswith("cuda"):
-        gpus = shares(total.get("GPU", 0.0), n, 1.0)
+        gpu_total = total.get("GPU", 0.0)
+        # Each GPU is a bin of 1.0; a fractional total (a share of one GPU) is one bin.
+        gpus = packed_shares([1.0] * int(gpu_total) if gpu_total >= 2 else [gpu_total], n, 1.0)
         if min(gpus) <= 0:
             raise ValueError(f"run.device={cfg.run.device} but the Ray cluster has "
-                             f"{total.get('GPU', 0.0):g} GPUs for {n} actors")
-        if sc.trainers > 1 and total.get("GPU", 0.0) < n:
+                             f"{gpu_total:g} GPUs for {n} actors")
+        if sc.trainers > 1 and gpu_total < n:
             raise ValueError(f"schedule.trainers={sc.trainers} on run.device={cfg.run.device}"
                              f" needs a whole GPU per actor (NCCL), {n} in all; the cluster"
-                             f" has {total.get('GPU', 0.0):g}")
+                             f" has {gpu_total:g}")
         for bundle, g in zip(out, gpus):
             bundle["GPU"] = g
     return out
@@ -608,7 +612,8 @@ class RayRun:
         what is free if it cannot place them in time."""
         sc = self.cfg.schedule
         total = ray.cluster_resources()
-        b = bundles(self.cfg, total)
+        nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
+        b = bundles(self.cfg, total, nodes)
         self.pg = placement_group(b, strategy="PACK")
         try:
             ray.get(self.pg.ready(), timeout=PLACE_SECONDS)

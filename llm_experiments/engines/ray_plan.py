@@ -1,6 +1,7 @@
 """What the Ray engine fixes before it starts, as plain arithmetic (no ``ray`` import, so the
 config checks can use it): the rollouts per sampler call, the smallest LIFO queue that cannot
-deadlock, and the exact resource shares of the actors.
+deadlock, and the exact resource shares of the actors, packed so that whole bundles fit
+each node's CPUs and each GPU.
 
 Ray keeps resource amounts as fixed-point numbers with ``RESOLUTION`` (1e-4) steps and accepts
 amounts above 1 only as whole numbers; a placement group whose bundles ask for more than the
@@ -57,6 +58,26 @@ def shares(total: float, parts: int, cap: float) -> list[float]:
         return [_units(cap) / _UNITS] * parts
     each, extra = divmod(_units(total), parts)
     return [(each + (k < extra)) / _UNITS for k in range(parts)]
+
+
+def packed_shares(bins: list[float], parts: int, cap: float) -> list[float]:
+    """Split a resource held in ``bins`` (>= 0 each: the places one bundle must fit in whole,
+    a node's CPUs per node, 1.0 per GPU) among ``parts`` actors (>= 1), each asking at most
+    ``cap`` (> 0), so that the bundles can be placed. One bin: ``shares`` (the exact split).
+    Several: one share for every actor, the largest s <= cap that Ray accepts (whole above
+    1, whole units of ``RESOLUTION`` below) for which sum_j floor(bin_j / s) >= parts, so
+    whole bundles fill the bins (2 GPUs and 3 actors: 0.5 each, where 2/3 each fits one
+    actor per GPU and the third never). All 0 if no share of one unit fits."""
+    if len(bins) == 1:
+        return shares(bins[0], parts, cap)
+    held = [_units(b) for b in bins]
+
+    def accepted(units: int) -> int:  # Ray takes amounts above 1 only whole
+        return units - units % _UNITS if units > _UNITS else units
+    candidates = {accepted(min(_units(cap), h // k)) for h in held
+                  for k in range(1, parts + 1)} | {accepted(_units(cap))}
+    fitting = [u for u in candidates if u > 0 and sum(h // u for h in held) >= parts]
+    return [max(fitting, default=0) / _UNITS] * parts
 
 
 def _units(amount: float) -> int:

@@ -512,7 +512,12 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 "old_per_token_logps": old.to(dev),
                 "advantages": torch.tensor([r.advantage for r in batch], dtype=torch.float32,
                                            device=dev),
-                "num_items_in_batch": completion_mask.sum().to(dev)}
+                # TRL's token-normalised losses (dapo, cispo, vespo) take num_items_in_batch as
+                # the tokens of a whole generation batch and divide it by steps_per_generation
+                # k; this batch is one step's own draw, so its count is scaled by k to leave
+                # the loss a mean over this batch's tokens (not k times it).
+                "num_items_in_batch": (completion_mask.sum()
+                                       * self.args.steps_per_generation).to(dev)}
 
     def _compute_loss(self, model, inputs):
         """TRL's loss, or for a ``HARNESS_LOSS_TYPES`` loss the harness's mean per-rollout

@@ -10,7 +10,9 @@ and backward (grad_x = grad_y W, grad_W = grad_y^T x, both as oneDNN products).
 Numerics: every output is the same float32 dot product; only the blocking of the sum differs,
 so results differ from the default kernel by float32 rounding (~1e-7 relative; identical for
 reduction lengths <= 128 in the measured shapes). Deterministic for fixed shapes and threads.
-``run.fast_kernels=false`` keeps the default kernel.
+``run.fast_kernels=false`` keeps the default kernel. Under CPU autocast to a lower precision
+(float32 master weights of a bfloat16/float16 ``model.dtype``) a layer takes the default
+``F.linear``, so the products run in the configured dtype.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ class OneDNNLinear(nn.Linear):
     """``nn.Linear`` computed by oneDNN (same parameters and state-dict keys)."""
 
     def forward(self, x):
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu") \
+                and torch.get_autocast_dtype("cpu") != torch.float32:
+            # Float32 master weights under CPU autocast (a bfloat16/float16 ``model.dtype``):
+            # the oneDNN op has no autocast rule, so it would get low-precision activations
+            # with float32 weights and fail, or return float32 and ignore the compute dtype.
+            # ``F.linear`` is autocast's own path: products in the configured dtype.
+            return super().forward(x)
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return _OneDNNLinearFn.apply(x, self.weight, self.bias)
         return _linear(x, self.weight, self.bias)

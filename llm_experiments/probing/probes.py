@@ -76,8 +76,7 @@ from ..rl.gradients import cosine, flat_params, kept_share, per_sample_grads, sq
 from ..rl.losses import collate, loss_stats, policy_loss, token_logprobs
 from .align import AlignProbe
 from .panel import PanelProbe
-from ..samplers import Generation, WeightUpdate
-from ..samplers.hf import HFSampler
+from ..samplers import Generation, WeightUpdate, hf_sampler
 from ..engines.seeds import PROBE_STREAM, SKETCH_STREAM, derived_seed
 from .sketch import projection
 
@@ -188,8 +187,7 @@ class Prober:
     def __init__(self, cfg: Config, run: RunView):
         self.cfg, self.run = cfg, run
         self.pad_id = run.tokenizer.pad_token_id
-        self.sampler = HFSampler(run.model, run.tokenizer.eos_token_id, self.pad_id,
-                                 direct=cfg.run.direct_forward)
+        self.sampler = hf_sampler(cfg, run.model, run.tokenizer)
         self.rows: dict[str, list[dict]] = {name: [] for name in SCHEMA}
         self.seconds = 0.0
         self._ref = None  # (g_ref, ref_sq_error, sigma_bar2) of the current probe

@@ -27,8 +27,9 @@ LOGIT_COPIES = 3
 # Bytes one logit chunk may take (LOGIT_COPIES tensors together): small next to the weights
 # of any model that needs chunking, large enough that the head's product stays efficient.
 LOGIT_CHUNK_BYTES = 1 * GIB
-# The memory budget of an update where trainer.memory_gb is 0: this share of a CUDA
-# device's memory, or a fixed amount on CPU (the same micro-batch on every machine).
+# The memory budget of an update where trainer.memory_gb is 0: on a CUDA device what is free
+# for it less the rest of this share of the device's memory (``budget_bytes``), or a fixed
+# amount on CPU (the same micro-batch on every machine).
 CUDA_SHARE, CPU_BUDGET_BYTES = 0.85, 16 * GIB
 
 
@@ -102,32 +103,37 @@ def predict_update_memory(shape: ModelShape, micro_batch: int, seq_len: int, *,
                         peak=state + max(acts + logits, step))
 
 
-def budget_bytes(memory_gb: float, device, held: int = 0) -> int:
-    """The update's memory budget, bytes: ``memory_gb`` GiB if > 0, else CUDA_SHARE of a
-    CUDA device's memory less ``held`` (>= 0: bytes of tensors on the device that
-    ``predict_update_memory`` does not count, such as a sampler's weights and the decode
-    cache it keeps across calls, ``samplers.graphs``), or CPU_BUDGET_BYTES on CPU."""
+def budget_bytes(memory_gb: float, device, own: int = 0) -> int:
+    """The update's memory budget, bytes: ``memory_gb`` GiB if > 0; else, on a CUDA device,
+    what is free for it: the bytes the driver reports free (``torch.cuda.mem_get_info``,
+    so every process's tensors are already out: samplers in Ray actors on the same GPU, an
+    evaluator, this process's sampler copy and decode cache), plus what this process's
+    allocator has reserved but not allocated, plus ``own`` (>= 0: bytes of the trainer's
+    state already allocated, ``trainer_bytes``, which ``predict_update_memory`` counts in
+    its peak), less (1 - CUDA_SHARE) of the device's memory as headroom (fragmentation,
+    the CUDA context); CPU_BUDGET_BYTES on CPU."""
     if memory_gb > 0:
         return int(memory_gb * GIB)
     device = torch.device(device)
     if device.type == "cuda":
-        return int(CUDA_SHARE * torch.cuda.get_device_properties(device).total_memory) - held
+        free, total = torch.cuda.mem_get_info(device)
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free + cached + own - (1 - CUDA_SHARE) * total)
     return CPU_BUDGET_BYTES
 
 
-def held_by_others(model, optimizer, device) -> int:
-    """Bytes allocated on a CUDA ``device`` beyond ``model``'s parameters and gradients and
-    ``optimizer``'s state (what ``predict_update_memory`` counts as the update's state); 0
-    elsewhere (the CPU budget is fixed)."""
+def trainer_bytes(model, optimizer, device) -> int:
+    """Bytes on a CUDA ``device`` of ``model``'s parameters and gradients and
+    ``optimizer``'s state (what ``predict_update_memory`` counts as the update's state);
+    0 elsewhere (the CPU budget is fixed)."""
     device = torch.device(device)
     if device.type != "cuda":
         return 0
     own = [p for p in model.parameters()] + [p.grad for p in model.parameters()
                                              if p.grad is not None]
     own += [t for state in optimizer.state.values() for t in state.values()
-            if torch.is_tensor(t) and t.device == device]
-    own_bytes = sum(t.numel() * t.element_size() for t in own if t.device == device)
-    return max(0, torch.cuda.memory_allocated(device) - own_bytes)
+            if torch.is_tensor(t)]
+    return sum(t.numel() * t.element_size() for t in own if t.device == device)
 
 
 def choose_micro_batch(shape: ModelShape, rows: int, seq_len: int, budget: int, *,

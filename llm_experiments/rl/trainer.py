@@ -13,7 +13,7 @@ import torch
 from .buffer import Rollout
 from ..config import OPTIMIZERS, Config
 from .gradients import clipped_mean_grad, flat_grad
-from .memory import ModelShape, budget_bytes, choose_micro_batch, held_by_others, logit_chunk
+from .memory import ModelShape, budget_bytes, choose_micro_batch, logit_chunk, trainer_bytes
 from .losses import (SequenceBatch, TokenBatch, batch_logprobs, collate, collate_direct,
                      group_advantages, loss_stats, policy_loss, update_terms)
 from .objectives import BATCH_MASKED
@@ -98,8 +98,9 @@ class PolicyTrainer:
 
     def micro_batch(self, batch) -> int:
         """Rows per forward/backward pass: ``trainer.micro_batch``, else the largest whose
-        predicted peak fits the memory budget (``memory.choose_micro_batch``), less what
-        other tensors hold on a CUDA device (``memory.held_by_others``)."""
+        predicted peak fits the memory budget (``memory.choose_micro_batch``): on a CUDA
+        device what is free there, for every process, plus the trainer's own state
+        (``memory.budget_bytes``)."""
         tr = self.cfg.trainer
         if tr.micro_batch:
             return tr.micro_batch
@@ -107,8 +108,8 @@ class PolicyTrainer:
             batch.prompt_ids.shape[1] + batch.targets.shape[1]
         return choose_micro_batch(self.shape, len(batch), width,
                                   budget_bytes(tr.memory_gb, self.device,
-                                               held_by_others(self.model, self.opt,
-                                                              self.device)),
+                                               trainer_bytes(self.model, self.opt,
+                                                             self.device)),
                                   compute_bytes=DTYPES[self.cfg.model.dtype].itemsize,
                                   chunk=self.logit_chunk)
 

@@ -6,10 +6,17 @@ an H200, about 3% of what its memory bandwidth allows). A CUDA graph issues a wh
 one launch, but it replays fixed kernels on fixed memory, so the step must not change shape
 or address from token to token or from call to call:
 
-* the key/value cache (``direct.DecodeCache``) is allocated once for n rows and
-  width + max_new columns and kept across ``generate`` calls (the sampler's weights are
-  updated in place, so graphs stay valid across weight versions); prompts are left-padded
-  to the cache's width, which only grows (to the next multiple of ``WIDTH_BLOCK``);
+* the key/value cache (``direct.DecodeCache``) is kept across ``generate`` calls (the
+  sampler's weights are updated in place, so graphs stay valid across weight versions). Its
+  rows, prompt width and new-token columns only grow: a call uses the first rows and the
+  first max_new new-token columns of it, so calls of other sizes (evaluation, pass@k,
+  training, each probe) share one cache and its graphs. It is reallocated only for a call
+  larger than every earlier one, the old cache freed first (two caches at once would double
+  the peak, ~64 GB at 256 x 1,100 columns of a Qwen3-0.6B shape in bf16);
+* a call of n prompts runs ``row_bucket(n)`` rows (the next power of two), the extra rows
+  copies of the last prompt whose outputs are dropped, as finished rows' are: at most
+  log2 of the largest call's row count + 1 row counts, so few graphs. Prompts are
+  left-padded to the cache's width (a multiple of ``WIDTH_BLOCK``);
 * a step writes its keys/values at a column held in a device tensor and attends to the
   first ``span`` columns, ``span`` the step's column rounded up to ``SPAN_BLOCK``, with
   columns not yet written masked out: one graph per (rows, span), not per token;
@@ -18,9 +25,11 @@ or address from token to token or from call to call:
   so at most log2(n) row counts occur.
 
 A step is idempotent (it recomputes and rewrites the same column), so a graph is captured at
-the step that first needs it, after one warm-up run on a side stream, and then replayed. On a
-CPU nothing is captured: the same static-shape step runs eagerly (what the tests check
-against ``direct.StaticDecoder``).
+the step that first needs it, after one warm-up run on a side stream, and then replayed. Both
+run under the cache's device (``run.device``, e.g. cuda:1) with streams made on it: torch
+would otherwise capture on a stream of the current device (cuda:0), which fails or records an
+empty graph whose replays leave the logits stale. On a CPU nothing is captured: the same
+static-shape step runs eagerly (what the tests check against ``direct.StaticDecoder``).
 """
 
 from __future__ import annotations
@@ -41,6 +50,11 @@ def _round_up(x: int, block: int) -> int:
     return -(-x // block) * block
 
 
+def row_bucket(n: int) -> int:
+    """Rows a call of ``n`` >= 1 prompts runs: the smallest power of two >= n."""
+    return 1 << (n - 1).bit_length()
+
+
 def kept_rows(alive: torch.Tensor, rows: int) -> torch.Tensor:
     """Indices (sorted) of the rows to keep when ``alive`` (rows,) bool marks the unfinished
     ones: all of them, padded with finished rows to the smallest ceil(rows / 2^k) (k >= 0)
@@ -57,37 +71,44 @@ class GraphedDecoder:
     """``direct.StaticDecoder``'s interface (``prefill``, ``next_positions``, ``step``,
     ``keep``) with static-shape decode steps, captured as CUDA graphs when ``capture``.
 
-    Kept by the sampler across calls: ``start`` readies it for a batch of prompts and reuses
-    the cache and graphs when the rows and new-token count match and the prompts fit the
-    width. The model's weights must be updated in place (``HFSampler.load_weights`` does).
+    Kept by the sampler across calls: ``start`` readies it for a batch of prompts, reusing
+    the cache and graphs when the call fits them (see the module docstring). The model's
+    weights must be updated in place (``HFSampler.load_weights`` does).
     """
 
     def __init__(self, model, capture: bool):
         self.model, self.capture = model, bool(capture)
-        self.shape = None  # (rows, width, max_new) of the cache
+        self.shape = None  # (rows, width, max_new) the cache holds
+        self.cache = self.prompts = None
         self.graphs: dict = {}
 
     def start(self, prompts, max_new: int, pad_id: int, device) -> "GraphedDecoder":
-        """Ready a call on ``prompts`` (n token-id lists) with ``max_new`` >= 1 new tokens on
-        ``device``; returns self."""
+        """Ready a call on ``prompts`` (n >= 1 token-id lists) with ``max_new`` >= 1 new
+        tokens on ``device``; returns self."""
         n, w = len(prompts), max(len(p) for p in prompts)
-        if self.shape is None or self.shape[0] != n or self.shape[2] != max_new or \
-                self.shape[1] < w or self.columns.device != torch.device(device):
-            # The width never shrinks: a call that follows a longer prompt reuses the cache.
-            width = max(_round_up(w, WIDTH_BLOCK), self.shape[1] if self.shape else 0)
-            self._allocate(n, width, max_new, device)
-        width = self.shape[1]
+        rows, device = row_bucket(n), torch.device(device)
+        old = self.shape if self.shape is not None and self.device == device else (0, 0, 0)
+        need = (rows, _round_up(w, WIDTH_BLOCK), max_new)
+        if any(a > b for a, b in zip(need, old)):
+            self._allocate(*(max(a, b) for a, b in zip(need, old)), device)
+        width, new = self.shape[1], self.shape[2]
         self.rows = n
-        self.prompts = StaticDecoder(self.model, prompts, max_new, pad_id, device, width=width,
-                                     cache=self.cache)
+        padded = list(prompts) + [prompts[-1]] * (rows - n)
+        view = DecodeCache(keys=[k[:rows] for k in self.cache.keys],
+                           values=[v[:rows] for v in self.cache.values],
+                           valid=self.cache.valid[:rows])
+        self.prompts = StaticDecoder(self.model, padded, new, pad_id, device, width=width,
+                                     cache=view)
         return self
 
-    def _allocate(self, n: int, width: int, max_new: int, device) -> None:
-        self.graphs.clear()  # they point into the cache being replaced
-        self.cache = None
+    def _allocate(self, n: int, width: int, max_new: int, device: torch.device) -> None:
+        # Free the old cache, and the graphs and decoder that point into it, before the new
+        # one exists: the peak is one cache, not two.
+        self.graphs.clear()
+        self.cache = self.prompts = None
         self.cache = DecodeCache.allocate(self.model, n, width + max_new, device,
                                           fill=torch.zeros)
-        self.shape = (n, width, max_new)
+        self.shape, self.device = (n, width, max_new), device
         self.columns = torch.arange(width + max_new, device=device)
         self.tok = torch.zeros((n, 1), dtype=torch.long, device=device)
         self.pos = torch.zeros((n, 1), dtype=torch.long, device=device)
@@ -99,11 +120,11 @@ class GraphedDecoder:
 
     def prefill(self):
         """Next-token logits (n, V) after each row's prompt (eager: once per call)."""
-        return self.prompts.prefill()
+        return self.prompts.prefill()[:self.rows]
 
     def next_positions(self) -> torch.Tensor:
         """Position (n, 1) of the first new token of each row."""
-        return self.prompts.next_positions()
+        return self.prompts.next_positions()[:self.rows]
 
     def _static_step(self, rows: int, span: int) -> torch.Tensor:
         """Logits (rows, V) after the tokens in ``self.tok[:rows]`` at ``self.pos[:rows]``,
@@ -127,35 +148,40 @@ class GraphedDecoder:
         if key not in self.graphs:
             if not self.capture:
                 return lambda: self._static_step(rows, span)
-            device = self.columns.device
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):  # warm-up: lazy initialisation never in a capture
-                self._static_step(rows, span)
-            torch.cuda.current_stream(device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: another thread of the process (a Ray actor's) may use CUDA
-            # while this one captures.
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                out = self._static_step(rows, span)
+            device = self.device
+            with torch.cuda.device(device):
+                side = torch.cuda.Stream(device)
+                side.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(side):  # warm-up: lazy initialisation never in a capture
+                    self._static_step(rows, span)
+                torch.cuda.current_stream(device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                # thread_local: another thread of the process (a Ray actor's) may use CUDA
+                # while this one captures.
+                with torch.cuda.graph(graph, pool=self.pool, stream=torch.cuda.Stream(device),
+                                      capture_error_mode="thread_local"):
+                    out = self._static_step(rows, span)
             self.graphs[key] = (graph, out)
         graph, out = self.graphs[key]
 
         def run():
-            graph.replay()
+            with torch.cuda.device(self.device):
+                graph.replay()
             return out
         return run
 
     def step(self, tok, pos, t: int):
         """Next-token logits (rows, V) after new token number ``t`` (from 0), ``tok``
-        (rows, 1) at positions ``pos`` (rows, 1). With capture, the returned tensor is the
-        graph's output, overwritten by the next step."""
+        (rows, 1) at positions ``pos`` (rows, 1). With capture, the returned tensor is (a
+        view of) the graph's output, overwritten by the next step. The step runs
+        ``row_bucket(rows)`` rows; the rows past ``rows`` compute on stale inputs in their
+        own cache rows and are dropped."""
         rows, column = tok.shape[0], self.shape[1] + t
         self.tok[:rows].copy_(tok)
         self.pos[:rows].copy_(pos)
         self.col.fill_(column)
-        return self._replay(rows, min(_round_up(column + 1, SPAN_BLOCK),
-                                      self.columns.numel()))()
+        return self._replay(row_bucket(rows), min(_round_up(column + 1, SPAN_BLOCK),
+                                                  self.columns.numel()))()[:rows]
 
     def keep(self, rows: torch.Tensor) -> torch.Tensor:
         """Keep ``rows`` (indices into the current rows) and as many finished rows as

@@ -158,7 +158,7 @@ class HFSampler:
     GPU, run eagerly elsewhere), "off", or "auto" = on on a GPU, off elsewhere. The kept
     cache stays on the device between calls (~32 GB at 256 rows x 1,100 columns of a
     Qwen3-0.6B shape in bf16); a trainer on the same device budgets around it
-    (``memory.held_by_others``).
+    (``memory.budget_bytes``).
     """
 
     def __init__(self, model, eos_id: int, pad_id: int, direct: bool = True, dtype=None,

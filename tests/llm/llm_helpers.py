@@ -15,6 +15,21 @@ SMALL = ["model.hidden_size=32", "model.layers=2", "model.heads=2", "model.kv_he
          "run.progress=false", "run.checkpoint_every=5", "probe.fresh_groups=8",
          "probe.fresh_noise_groups=2", "probe.buffer_groups=4", "probe.crn_groups=3",
          "probe.crn_staleness=[1,3]", f"run.cache_dir={CACHE}"]
+# The SMALL model's warm start saved once (``python -m llm_experiments.policy.models`` with
+# SMALL's model and task settings), for tests whose outcome depends on the initial policy: a
+# warm start trained on the machine running the tests differs from CPU to CPU.
+SMALL_WARM_START = {
+    "model.warm_start_path": os.path.join(REPO, "tests", "fixtures", "small_warm_start"),
+    "model.warm_start_sha256": "72b88fccc9b67e947d84f9d4ecb3f25c72fbb5dd7c665a6f7744e9fd17c19296"}
+
+
+def import_extra(module: str, extra: str):
+    """``module`` imported, else the test skipped with a one-line reason naming the extra of
+    pyproject.toml that installs it (``pip install -e ".[test]"`` alone carries neither Ray
+    nor TRL, and a bare module name does not say how to get it)."""
+    import pytest
+    return pytest.importorskip(module, reason=f"{module} is not installed: "
+                                              f"pip install -e \".[{extra}]\"")
 
 
 def small_config(*overrides):

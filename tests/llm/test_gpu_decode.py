@@ -266,30 +266,50 @@ def test_static_shape_steps_sample_what_the_static_cache_samples(monkeypatch, k,
     graphed = eos_prone_sampler(model, tok, graphs="on", compact_below=below)
     same_samples(graphed.generate(GRAPH_PROMPTS, max_new_tokens=40, temperature=1.0, seed=3),
                  ref)
-    assert graphed._graphed.shape == (12, blocks[0], 40)
+    assert graphed._graphed.shape == (16, blocks[0], 40)  # 12 rows run as a bucket of 16
 
 
-def test_graphed_decoder_keeps_its_cache_across_calls_and_weight_versions():
-    """A second call on other prompts reuses the cache (no new buffers), a longer prompt
-    widens it, another row count replaces it; every call samples what a fresh decoder does,
-    also after the weights change in place (``load_weights``)."""
-    from llm_experiments.samplers import WeightUpdate
+def test_graphed_decoder_keeps_its_cache_across_calls_and_weight_versions(monkeypatch):
+    """Calls of other sizes share one cache (issue 38 N3: each new row count or max_new
+    reallocated it, 12 times in 8 steps of a small run): other prompts, fewer rows, fewer
+    new tokens reuse it; only a call larger than every earlier one (a longer prompt, more
+    rows) replaces it, with the old cache freed before the new one is allocated. Every call
+    samples what a fresh decoder does, also after the weights change in place."""
+    import gc
+    import weakref
+
+    from llm_experiments.samplers import WeightUpdate, graphs
     model, tok = tiny_policy(32, 2, 64)
     graphed = eos_prone_sampler(model, tok, graphs="on", compact_below=0.5)
+    allocations, alive_at_allocation = [], []
+    allocate = graphs.DecodeCache.allocate
 
-    def check(prompts, seed):
+    def watched(*args, **kwargs):
+        gc.collect()
+        alive_at_allocation.extend(ref() is not None for ref in allocations)
+        cache = allocate(*args, **kwargs)
+        allocations.append(weakref.ref(cache.keys[0]))
+        return cache
+
+    def check(prompts, seed, max_new=40):
         want = eos_prone_sampler(model, tok, graphs="off").generate(
-            prompts, max_new_tokens=40, temperature=1.0, seed=seed)
-        same_samples(graphed.generate(prompts, max_new_tokens=40, temperature=1.0,
-                                      seed=seed), want)
-        return graphed._graphed.cache.keys[0]
-    first = check(GRAPH_PROMPTS, 0)
-    assert check([p[::-1] + [5] for p in GRAPH_PROMPTS], 1) is first
-    assert graphed._graphed.shape == (12, 64, 40)
-    assert check([[3] * 70] + GRAPH_PROMPTS[1:], 2) is not first
-    assert graphed._graphed.shape == (12, 128, 40)
-    check(GRAPH_PROMPTS[:5], 3)
-    assert graphed._graphed.shape == (5, 128, 40)
+            prompts, max_new_tokens=max_new, temperature=1.0, seed=seed)
+        # Only the graphed decoder's allocations are watched (the reference's own cache
+        # is allocated above).
+        monkeypatch.setattr(graphs.DecodeCache, "allocate", watched)
+        try:
+            got = graphed.generate(prompts, max_new_tokens=max_new, temperature=1.0, seed=seed)
+        finally:
+            monkeypatch.setattr(graphs.DecodeCache, "allocate", allocate)
+        same_samples(got, want)
+        return len(allocations), graphed._graphed.shape
+    assert check(GRAPH_PROMPTS, 0) == (1, (16, 64, 40))  # 12 rows: a bucket of 16
+    assert check([p[::-1] + [5] for p in GRAPH_PROMPTS], 1) == (1, (16, 64, 40))
+    assert check(GRAPH_PROMPTS[:5], 2) == (1, (16, 64, 40))  # fewer rows: the first 8
+    assert check(GRAPH_PROMPTS[:3], 3, max_new=12) == (1, (16, 64, 40))  # fewer new tokens
+    assert check([[3] * 70] + GRAPH_PROMPTS[1:], 4) == (2, (16, 128, 40))  # a longer prompt
+    assert check(GRAPH_PROMPTS * 2, 5) == (3, (32, 128, 40))  # 24 rows: a bucket of 32
+    assert alive_at_allocation == [False, False, False]  # each old cache freed first
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(1.5)
@@ -298,7 +318,92 @@ def test_graphed_decoder_keeps_its_cache_across_calls_and_weight_versions():
     with torch.no_grad():  # eos_prone_sampler raises the copy's eos logit again
         graphed.model.lm_head.weight[tok.eos_token_id] += 0.05 * graphed.model.lm_head.weight.norm(
             dim=1).mean()
-    check(GRAPH_PROMPTS[:5], 4)
+    assert check(GRAPH_PROMPTS[:5], 6) == (3, (32, 128, 40))
+
+
+class FakeCuda:
+    """Stand-ins for the torch.cuda calls of ``GraphedDecoder`` that record on which device
+    each stream is made, and which device is current (``torch.cuda.device``) when a graph
+    is captured or replayed; a captured step runs eagerly, a replay does nothing."""
+
+    def __init__(self):
+        self.current = [None]  # stack of devices entered; None: the process's current one
+        self.streams, self.captures, self.replays = [], [], []
+
+    def install(self, monkeypatch):
+        from contextlib import contextmanager
+        fake = self
+
+        class Stream:
+            def __init__(self, device=None):
+                self.device = device
+                fake.streams.append(device)
+
+            def wait_stream(self, other):
+                pass
+
+        class Graph:
+            def replay(self):
+                fake.replays.append(fake.current[-1])
+
+        @contextmanager
+        def device(d):
+            fake.current.append(d)
+            try:
+                yield
+            finally:
+                fake.current.pop()
+
+        @contextmanager
+        def graph(g, pool=None, stream=None, capture_error_mode="global"):
+            fake.captures.append((fake.current[-1], stream.device if stream else None))
+            yield
+
+        for name, value in {"Stream": Stream, "CUDAGraph": Graph, "device": device,
+                            "graph": graph, "graph_pool_handle": lambda: None,
+                            "current_stream": lambda d=None: Stream(d),
+                            "stream": lambda st: device(fake.current[-1])}.items():
+            monkeypatch.setattr(torch.cuda, name, value)
+
+
+def test_graphs_are_captured_and_replayed_on_the_caches_device(monkeypatch):
+    """Issue 38 N2: capture and replay run under the decoder's device (``run.device``, e.g.
+    cuda:1) with streams made on it, not on the current device (cuda:0 by default), where a
+    capture fails or records an empty graph. Without a GPU: recorded by stand-ins, with the
+    CPU standing for the run's device."""
+    from llm_experiments.samplers.graphs import GraphedDecoder
+    fake = FakeCuda()
+    fake.install(monkeypatch)
+    model, tok = tiny_policy(32, 2, 64)
+    decoder = GraphedDecoder(model, capture=True).start(GRAPH_PROMPTS, 5, tok.pad_token_id,
+                                                        "cpu")
+    with torch.no_grad():
+        logits, pos = decoder.prefill(), decoder.next_positions()
+        for t in range(3):
+            decoder.step(logits.argmax(-1, keepdim=True), pos + t, t)
+    here = torch.device("cpu")
+    assert fake.captures and all(c == (here, here) for c in fake.captures)
+    assert len(fake.replays) == 3 and set(fake.replays) == {here}
+    assert set(fake.streams) == {here}
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_cuda_graphs_on_the_second_gpu_sample_what_eager_steps_sample():
+    """On cuda:1, while cuda:0 is the current device, the captured steps sample the eager
+    static-shape steps' tokens (issue 38 N2: every token after the first came from stale
+    logits)."""
+    model, tok = tiny_policy(32, 2, 64)
+    model = model.to("cuda:1")
+    eager = eos_prone_sampler(model, tok, graphs="off", cdf="float64")
+    graphed = eos_prone_sampler(model, tok, graphs="on", cdf="float64", compact_below=0.5)
+    torch.cuda.set_device(0)
+    same_samples(graphed.generate(GRAPH_PROMPTS, max_new_tokens=150, temperature=1.0, seed=0),
+                 eager.generate(GRAPH_PROMPTS, max_new_tokens=150, temperature=1.0, seed=0))
+
+
+def test_row_buckets_are_powers_of_two():
+    from llm_experiments.samplers.graphs import row_bucket
+    assert [row_bucket(n) for n in (1, 2, 3, 5, 8, 9, 256, 257)] == [1, 2, 4, 8, 8, 16, 256, 512]
 
 
 @settings(max_examples=200, deadline=None)

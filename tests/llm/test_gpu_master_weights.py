@@ -124,3 +124,48 @@ def test_master_weights_field_is_checked():
     from llm_experiments.config import load_config
     with pytest.raises(ValueError, match="trainer.master_weights"):
         load_config("cpu_tiny", ["trainer.master_weights=3"])
+
+
+def test_master_weights_with_fast_kernels_compute_in_the_configured_dtype():
+    """Issue 38 N1: with the default ``run.fast_kernels=true`` the float32 masters' linears are
+    oneDNN layers; under the update's bfloat16 autocast each must compute in bfloat16 (as
+    ``F.linear`` does), neither fail in oneDNN nor return float32."""
+    from llm_experiments.policy.kernels import onednn_available, use_onednn_linear
+    if not onednn_available():
+        pytest.skip("no oneDNN linear kernel on this machine")
+    model, _ = tiny_policy(32, 2, 64)
+    layer = model.model.layers[0].mlp.up_proj
+    use_onednn_linear(model)
+    x = torch.randn(3, 32, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+        want = torch.nn.functional.linear(x, layer.weight)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, want, atol=0, rtol=0)
+    y.float().sum().backward()
+    assert x.grad.dtype == torch.float32 and layer.weight.grad.dtype == torch.float32
+
+
+def test_a_bf16_run_with_default_kernels_trains(tmp_path):
+    """Issue 38 N1: a bfloat16 config with every default (fast kernels, master weights,
+    probes) runs its updates on CPU instead of failing at the first one."""
+    from llm_helpers import run_small
+    summary, records = run_small(tmp_path, "model.dtype=bfloat16", "run.steps=2",
+                                 "probe.every=1")
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert len(losses) == 2 and np.isfinite(losses).all()
+
+
+def test_the_probes_sample_in_the_runs_dtype_and_settings(tmp_path):
+    """Issue 38 N7: the probes' sampler is a copy in ``model.dtype`` with the run's decoding
+    settings, so that a bfloat16 run's probes measure its ratio floor (~1e-3), not a float32
+    copy's (~1e-7)."""
+    from llm_helpers import small_config
+
+    from llm_experiments.engines.experiment import Experiment
+    exp = Experiment(small_config("model.dtype=bfloat16", "sampler.compact_below=0.5"),
+                     str(tmp_path))
+    probes, run = exp.prober.sampler, exp.sampler
+    assert {p.dtype for p in probes.model.parameters()} == {torch.bfloat16}
+    assert (probes.compact_below, probes.cdf, probes.graphs, probes.direct) == \
+        (run.compact_below, run.cdf, run.graphs, run.direct)

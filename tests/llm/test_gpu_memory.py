@@ -99,41 +99,52 @@ def test_micro_batch_from_the_budget():
     assert predicted <= 0.004 * 2 ** 30 and measured <= 1.25 * 0.004 * 2 ** 30
 
 
-def test_the_cuda_budget_leaves_out_what_other_tensors_hold(monkeypatch):
-    """On a CUDA device the default budget is 85% of its memory less the bytes held by
-    tensors the prediction does not count (a persistent decode cache, the sampler's copy),
-    so a 0.6B-shape, 256 x 1,280-token update gets a smaller micro-batch beside a 32 GB
-    cache; memory_gb > 0 and the CPU budget ignore them."""
-    from types import SimpleNamespace
-
+def test_the_cuda_budget_is_what_the_driver_reports_free_plus_the_trainers_own(monkeypatch):
+    """Issue 38 N4: on a CUDA device the default budget starts from the free memory the
+    driver reports, so tensors of other processes on the same GPU (samplers in Ray actors,
+    an evaluator) and of this one (a 32 GB decode cache) are left out, while the trainer's
+    own state, which the prediction counts, and the allocator's unused reserve are put
+    back; 15% of the device is headroom. memory_gb > 0 and the CPU budget ignore them. A
+    0.6B-shape, 256 x 1,280-token update gets a smaller micro-batch beside a 32 GB cache."""
     from llm_experiments.rl.memory import CPU_BUDGET_BYTES, budget_bytes
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda device: SimpleNamespace(total_memory=141 * 10 ** 9))
-    free = budget_bytes(0, "cuda")
-    assert free == int(0.85 * 141e9) and budget_bytes(0, "cuda", held=32 * 10 ** 9) == \
-        free - 32 * 10 ** 9
-    assert budget_bytes(2, "cuda", held=10 ** 9) == 2 * 2 ** 30
-    assert budget_bytes(0, "cpu", held=10 ** 9) == CPU_BUDGET_BYTES
+    total, gb = 141 * 10 ** 9, 10 ** 9
+    used = {"others": 0}  # bytes held outside this process's allocator cache
+
+    def mem_get_info(device):
+        return total - 2 * gb - used["others"], total  # 2 GB: context and this trainer
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 3 * gb)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 2 * gb)
+    alone = budget_bytes(0, "cuda", own=gb)
+    assert alone == int(total - 2 * gb + gb + gb - 0.15 * total)
+    used["others"] = 32 * gb  # a Ray sampler actor's cache, or this process's
+    beside = budget_bytes(0, "cuda", own=gb)
+    assert beside == alone - 32 * gb
+    assert budget_bytes(2, "cuda", own=gb) == 2 * 2 ** 30
+    assert budget_bytes(0, "cpu", own=gb) == CPU_BUDGET_BYTES
     shape = ModelShape(params=600_000_000, hidden=1024, layers=28, q_dim=2048, kv_dim=1024,
                        intermediate=3072, vocab=151_936)
     chunk = logit_chunk(shape.vocab)
-    alone, beside = (choose_micro_batch(shape, 256, 1280, b, compute_bytes=2, chunk=chunk)
-                     for b in (free, budget_bytes(0, "cuda", held=32 * 10 ** 9)))
-    assert beside < alone
+    assert choose_micro_batch(shape, 256, 1280, beside, compute_bytes=2, chunk=chunk) < \
+        choose_micro_batch(shape, 256, 1280, alone, compute_bytes=2, chunk=chunk)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_held_by_others_counts_what_the_trainer_does_not_own():
-    """A tensor allocated beside the trainer's model and optimizer is counted; the model's
-    parameters, gradients and Adam state are not."""
-    from llm_experiments.rl.memory import held_by_others
+def test_trainer_bytes_count_the_trainers_state_only():
+    """The model's parameters, gradients and Adam state are counted; a tensor allocated
+    beside them is not, and it lowers the budget by its size."""
+    from llm_experiments.rl.memory import budget_bytes, trainer_bytes
     model = torch.nn.Linear(256, 256).cuda()
     opt = torch.optim.Adam(model.parameters())
     model(torch.randn(4, 256, device="cuda")).sum().backward()
     opt.step()
-    before = held_by_others(model, opt, "cuda")
-    other = torch.empty(2 ** 26, dtype=torch.uint8, device="cuda")
-    assert held_by_others(model, opt, "cuda") - before == other.numel()
+    params = sum(p.numel() for p in model.parameters())
+    assert trainer_bytes(model, opt, "cuda") == 4 * 4 * params  # weights, grads, 2 moments
+    before = budget_bytes(0, "cuda", trainer_bytes(model, opt, "cuda"))
+    other = torch.empty(2 ** 28, dtype=torch.uint8, device="cuda")
+    after = budget_bytes(0, "cuda", trainer_bytes(model, opt, "cuda"))
+    assert abs((before - after) - other.numel()) < 2 ** 22
 
 
 def test_memory_fields_are_checked():

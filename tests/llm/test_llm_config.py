@@ -38,6 +38,8 @@ def test_overrides_are_typed():
     ("eval.pass_k=[1, 0]", "eval.pass_k[1] must be an integer >= 1, got 0"),
     ("run.device=gpu", "run.device must be 'cpu', 'cuda' or 'cuda:N'"),
     ("buffer.delta=1.0", "buffer.delta must be in [0, 1)"),
+    # issue 38: a horizon under one step (a buffer smaller than one step's rollouts)
+    ("buffer.horizon=0.5", "buffer.horizon (or 0) must be in [1, inf); got 0.5"),
     ("buffer.sampling=random", "buffer.sampling must be one of"),
     ("run.progress=maybe", "run.progress must be true or false"),
     ("schedule.mode=async", "needs schedule.mu_accounting"),

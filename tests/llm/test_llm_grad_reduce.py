@@ -2,12 +2,12 @@
 ``TrainerRank.reduce_gradients``) on two CPU gloo ranks: in place (no tensor replaced) and
 bitwise the mean the former flat all-reduce gave, for any bucket size."""
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from llm_experiments.engines.grad_reduce import all_reduce_mean, buckets
+from llm_helpers import import_extra
 
 WORLD = 2
 SHAPES = [(7, 5), (3,), (64, 33), (1,), (129,)]
@@ -83,7 +83,7 @@ def _trainer_rank(rank, init_file):
 def test_trainer_ranks_reduce_in_place(tmp_path):
     """``TrainerRank.reduce_gradients`` keeps each rank's gradient tensors (the former flat
     reduction replaced them with clones) and leaves the two ranks' mean in them."""
-    pytest.importorskip("ray")
+    import_extra("ray", "ray")
     mp.spawn(_trainer_rank, args=(str(tmp_path / "init"),), nprocs=WORLD, join=True)
 
 

@@ -31,7 +31,7 @@ DETERMINISTIC = ["schedule.mu_accounting=2.0", "run.log_every=1", "probe.every=0
      "buffer.horizon_growth > 0 .* buffer.sampling in"),
     (["buffer.horizon_growth=0.5", "schedule.replay_ratio=16"],
      "buffer.horizon_growth .* needs at least one group made per step"),
-    (["buffer.horizon_growth=0.5", "buffer.horizon=0.5"],
+    (["buffer.horizon_growth=0.5", "buffer.capacity=16"],
      "buffer.horizon_growth .* needs a buffer of at least one step"),
 ])
 def test_unsupported_settings_are_refused(overrides, message):

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from llm_helpers import CACHE, small_config
+from llm_helpers import CACHE, import_extra, small_config
 
-ray = pytest.importorskip("ray")
+ray = import_extra("ray", "ray")
 
 RAY = ["schedule.engine=ray", "schedule.mode=async", "probe.every=0"]
 # The shipped cpu_tiny model (cached warm start, greedy accuracy ~0.3) learns within 60 steps;

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_helpers import small_config
+from llm_helpers import import_extra, small_config
 
 from llm_experiments.engines.ray_plan import (RESOLUTION, chunk_groups, lifo_min_capacity,
-                                              shares)
+                                              packed_shares, shares)
 
 RAY = ["schedule.engine=ray", "schedule.mode=async", "probe.every=0"]
 
@@ -62,7 +62,7 @@ def test_shares_examples(total, parts, want):
 def test_bundles_fit_the_cluster(workers, trainers, cpus):
     """One bundle per actor, CPUs that sum to at most the cluster's, each at most
     run.threads, each an amount Ray accepts."""
-    pytest.importorskip("ray")
+    import_extra("ray", "ray")
     from llm_experiments.engines.ray_engine import bundles
     cfg = small_config(*RAY, f"schedule.workers={workers}", f"schedule.trainers={trainers}",
                        "run.threads=2")
@@ -75,13 +75,60 @@ def test_bundles_fit_the_cluster(workers, trainers, cpus):
 
 
 def test_bundles_on_gpus_are_exact_too():
-    pytest.importorskip("ray")
+    import_extra("ray", "ray")
     from llm_experiments.engines.ray_engine import bundles
     cfg = small_config(*RAY, "schedule.workers=2", "run.device=cuda")
     got = bundles(cfg, {"CPU": 2.0, "GPU": 1.0})
     assert [b["GPU"] for b in got] == [0.3334, 0.3333, 0.3333]
     with pytest.raises(ValueError, match="has 0 GPUs for 3 actors"):
         bundles(cfg, {"CPU": 2.0})
+
+
+def first_fit(bins, sizes) -> bool:
+    """Whether ``sizes`` go into ``bins`` whole, largest first (in Ray's units)."""
+    room = sorted((units(b) for b in bins), reverse=True)
+    for size in sorted(map(units, sizes), reverse=True):
+        k = next((i for i, r in enumerate(room) if r >= size), None)
+        if k is None:
+            return False
+        room[k] -= size
+    return True
+
+
+@settings(max_examples=500, deadline=None)
+@given(bins=st.lists(st.integers(1, 16).map(float) | st.sampled_from([1.0, 0.5, 0.25]),
+                     min_size=2, max_size=6),
+       parts=st.integers(1, 20), cap=st.integers(1, 8))
+def test_packed_shares_place_whole_bundles_in_the_bins(bins, parts, cap):
+    """Issue 38 N5: on several GPUs or nodes every bundle fits one of them whole; and no
+    larger equal share would."""
+    got = packed_shares(bins, parts, cap)
+    assert len(got) == parts and len(set(got)) == 1
+    s = got[0]
+    assert_ray_accepts(s)
+    assert s <= cap
+    if s > 0:
+        assert first_fit(bins, got)
+    bigger = (units(s) + (10_000 if s >= 1 else 1)) * RESOLUTION
+    assert bigger > cap or not first_fit(bins, [bigger] * parts)
+
+
+def test_two_gpus_for_three_actors_give_half_a_gpu_each():
+    """The issue's case: W = 2, T = 1 on 2 GPUs asked 0.6667 GPU each, and only one such
+    bundle fits a GPU; 1 / ceil(3 / 2) = 0.5 each packs two on one GPU, one on the other.
+    CPUs on two 1-CPU nodes likewise."""
+    assert packed_shares([1.0, 1.0], 3, 1.0) == [0.5] * 3
+    assert packed_shares([1.0] * 4, 3, 1.0) == [1.0] * 3
+    assert packed_shares([2.0], 3, 1.0) == shares(2, 3, 1.0)  # one bin: the exact split
+    cfg = small_config(*RAY, "schedule.workers=2", "run.device=cuda", "run.threads=1")
+    got = bundles_of(cfg, {"CPU": 2.0, "GPU": 2.0}, [1.0, 1.0])
+    assert [b["GPU"] for b in got] == [0.5] * 3 and [b["CPU"] for b in got] == [0.5] * 3
+
+
+def bundles_of(cfg, total, node_cpus):
+    import_extra("ray", "ray")
+    from llm_experiments.engines.ray_engine import bundles
+    return bundles(cfg, total, node_cpus)
 
 
 def stuck_reachable(batch: int, chunk: int, capacity: int, workers: int) -> bool:

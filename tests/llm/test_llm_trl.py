@@ -9,10 +9,11 @@ import os
 import numpy as np
 import pytest
 
-pytest.importorskip("trl")
+from llm_helpers import CACHE, SMALL, import_extra, small_config
+
+import_extra("trl", "trl")
 
 import torch  # noqa: E402
-from llm_helpers import CACHE, SMALL, small_config  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from llm_experiments.rl.buffer import RolloutBuffer  # noqa: E402

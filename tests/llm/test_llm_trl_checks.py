@@ -10,11 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("trl")
+from llm_helpers import import_extra, recomputed_logprobs, small_config
+
+import_extra("trl", "trl")
 
 import torch  # noqa: E402
 import trl  # noqa: E402
-from llm_helpers import recomputed_logprobs, small_config  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from llm_experiments.rl import losses  # noqa: E402
@@ -156,22 +157,51 @@ ABSENT_BY_DESIGN = {"pixel_values", "image_grid_thw", "num_images", "pixel_atten
                     "sampling_per_token_logps"}
 
 
-@pytest.fixture(scope="module", params=["grpo", "dapo"])
+def _clip_share(trainer, batch) -> float:
+    """Share of the batch's completion tokens whose ratio to the behaviour log-prob lies
+    outside the clip [0.8, 1.28], under the trainer's current weights."""
+    tb = losses.collate(batch, trainer.processing_class.pad_token_id)
+    with torch.no_grad():
+        logp, _ = losses.batch_logprobs(trainer.model, tb, trainer.temperature)
+    ratio = torch.exp(logp - tb.old_logp)[tb.mask]
+    return float(((ratio < 0.8) | (ratio > 1.28)).float().mean())
+
+
+# The share of clipped tokens the loss comparison needs, so that it tests the clip too.
+CLIP_SHARE = 0.05
+
+
+@pytest.fixture(scope="module", params=[("grpo", 1), ("dapo", 1), ("dapo", 2)],
+                ids=["grpo", "dapo", "dapo-k2"])
 def loss_case(request, tmp_path_factory):
-    """A trainer (loss_type grpo, or dapo: TRL's default) after 2 steps, the batch of a third
-    ``_prepare_inputs`` (B = 8 drawn from a buffer of 16), and the policy then moved so that
-    replayed ratios reach both clip sides."""
-    trainer = _trainer(tmp_path_factory.mktemp("loss"), loss_type=request.param, epsilon=0.2,
-                       epsilon_high=0.28)
+    """A trainer (loss_type grpo, or dapo: TRL's default; ``steps_per_generation`` k = 1 or
+    2) after 2 steps, the batch of a third ``_prepare_inputs`` (B = 8 drawn from a buffer of
+    16), and the policy then moved so that replayed ratios reach both clip sides.
+
+    The move is sized from the measured ratios, not fixed: how far a given noise moves the
+    ratios depends on the warm start, which differs from machine to machine (``models.
+    cached_warm_start``). The noise doubles from 5% of each tensor's mean magnitude until at
+    least ``CLIP_SHARE`` of the batch's tokens are clipped."""
+    loss_type, k = request.param
+    trainer = _trainer(tmp_path_factory.mktemp("loss"), loss_type=loss_type, epsilon=0.2,
+                       epsilon_high=0.28, steps_per_generation=k)
     trainer.train()
     trainer.model.train()
-    rows = [trainer.train_dataset[i] for i in range(2) for _ in range(G)]
+    rows = [trainer.train_dataset[i] for i in range(2 * k) for _ in range(G)]
     inputs = trainer._prepare_inputs(rows)
+    batch = trainer.steps[-1].batch
+    start = [p.detach().clone() for p in trainer.model.parameters()]
     gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in trainer.model.parameters():
-            p.add_(0.05 * p.abs().mean() * torch.randn(p.shape, generator=gen))
-    return trainer, inputs, trainer.steps[-1].batch
+    noise = [p.abs().mean() * torch.randn(p.shape, generator=gen) for p in start]
+    scale = 0.05
+    while True:
+        with torch.no_grad():
+            for p, p0, z in zip(trainer.model.parameters(), start, noise):
+                p.copy_(p0 + scale * z)
+        if _clip_share(trainer, batch) >= CLIP_SHARE or scale >= 3.2:
+            break
+        scale *= 2
+    return trainer, inputs, batch
 
 
 def test_compute_loss_reads_only_keys_our_batch_provides(loss_case):
@@ -188,7 +218,8 @@ def test_compute_loss_equals_policy_loss_on_the_same_rollouts(loss_case):
     """TRL's loss and gradient on our batch equal the harness's GRPO loss computed from the
     drawn rollouts with our own collation and forward pass: per-sequence token means clipped
     at epsilon / epsilon_high, averaged over sequences (grpo) or weighted by their token
-    counts (dapo: a mean over all tokens of the batch)."""
+    counts (dapo: a mean over all tokens of the batch), whatever ``steps_per_generation``
+    (issue 38 N6: at k = 2 TRL's dapo loss and gradient were twice ours)."""
     trainer, inputs, batch = loss_case
     model = trainer.model
     params = [p for p in model.parameters() if p.requires_grad]
@@ -203,8 +234,7 @@ def test_compute_loss_equals_policy_loss_on_the_same_rollouts(loss_case):
         (per_seq * tokens).sum() / tokens.sum())
     our_grad = torch.autograd.grad(ours, params)
 
-    ratio = torch.exp(logp.detach() - tb.old_logp)[tb.mask]
-    assert ((ratio < 0.8) | (ratio > 1.28)).float().mean() > 0.05  # the clip acts on the batch
+    assert _clip_share(trainer, batch) >= CLIP_SHARE  # the clip acts on the batch
     assert torch.equal(inputs["old_per_token_logps"][inputs["completion_mask"].bool()],
                        tb.old_logp[tb.mask])
     assert trl_loss.item() == pytest.approx(ours.item(), rel=1e-5, abs=1e-6)

@@ -4,12 +4,11 @@ the calculator's design mapped to GRPOConfig, a tiny locally built policy, two s
 import os
 import re
 
-import pytest
+from llm_helpers import REPO, import_extra
 
-pytest.importorskip("trl")
+import_extra("trl", "trl")
 
 import torch  # noqa: E402
-from llm_helpers import REPO  # noqa: E402
 
 
 def readme_trl_snippet() -> str:

