@@ -4,7 +4,7 @@ Processes (Ray actors; one placement group sized from the config, one bundle per
 per trainer, PACK strategy):
 
 * W ``SamplerWorker`` actors, each with its own copy of the policy (the HF sampler on CPU or
-  GPU, or vLLM, ``samplers.make_sampler``): a call makes ``chunk_groups`` prompt groups with
+  GPU, or vLLM, ``samplers.make.make_sampler``): a call makes ``chunk_groups`` prompt groups with
   the newest published weights, graded, advantages computed once per group (section 6); every
   rollout carries the version (trainer step) of the weights that made it, so staleness is
   exact. With ``schedule.injected_gen_delay`` > 0 it also sleeps a seeded, optionally
@@ -78,10 +78,11 @@ from ..policy.kernels import use_onednn_linear
 from .metrics import evaluate
 from ..policy.models import encode_prompt, load_policy, param_count, weights_sha256
 from ..probing.probes import Prober, RunCounts
-from ..samplers import WeightUpdate, make_sampler
+from ..samplers import WeightUpdate
+from ..samplers.make import make_sampler
 from ..rl.schedule import ComputeClock, WeightStore
 from .seeds import BUFFER_STREAM, DELAY_STREAM, EVAL_STREAM, derived_seed
-from ..tasks import make_task
+from ..tasks.make import make_task
 from .loop import RunBooks, StepResult, run_loop
 from .ray_plan import RESOLUTION, chunk_groups, shares
 

@@ -25,9 +25,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated", "asymre")
-# The losses with an importance ratio pi / pi_behaviour (asymre uses log pi alone).
-RATIO_LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated")
+from .choices import LAYOUTS, LOSSES
 
 
 def group_advantages(rewards, loss: str = "grpo", dv: float = -0.1) -> np.ndarray:
@@ -210,10 +208,6 @@ def collate_sequences(rollouts, pad_id: int, device="cpu") -> SequenceBatch:
     mask = torch.cat([pmask, torch.ones_like(completion)], 1)
     return SequenceBatch(**rows, input_ids=ids, positions=(mask.cumsum(-1) - 1).clamp(min=0),
                          attention=prompt_mask(mask), first=pmask.shape[1] - 1)
-
-
-# How the direct forward lays out a batch (``run.train_layout``).
-LAYOUTS = ("shared_prompts", "sequences", "auto")
 
 
 def layout_tokens(rollouts) -> dict:

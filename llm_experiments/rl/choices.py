@@ -1,0 +1,16 @@
+"""The RL update's choice lists, as plain tuples: config.py checks its fields against them.
+
+This module imports nothing, so that config.py can name the choices without importing torch or
+the modules that implement them (which import config back).
+"""
+
+# How rollouts are produced (``schedule.mode``; ``schedule.Production``).
+MODES = ("on_policy", "sync", "async")
+
+# The policy losses (``trainer.loss``; ``losses.policy_loss``).
+LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated", "asymre")
+# The losses with an importance ratio pi / pi_behaviour (asymre uses log pi alone).
+RATIO_LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated")
+
+# How the direct forward lays out a batch (``run.train_layout``; ``losses.choose_layout``).
+LAYOUTS = ("shared_prompts", "sequences", "auto")
