@@ -94,7 +94,7 @@ def fresh_rollouts(trainer, tok, cfg, batch, new) -> list:
     the trainer's weights (``make_sampler``), for the precision floor of their ratios."""
     from benchmarks.samplers import addition_prompts
     from llm_experiments.rl.buffer import Rollout
-    from llm_experiments.samplers import make_sampler
+    from llm_experiments.samplers.make import make_sampler
     prompts = addition_prompts(tok, batch)
     gen = make_sampler(cfg, trainer.model, tok).generate(prompts, max_new_tokens=new,
                                                           temperature=1.0, seed=0)

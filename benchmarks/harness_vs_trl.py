@@ -98,7 +98,7 @@ def run_trl(args, seed: int) -> dict:
     from llm_experiments.engines.metrics import evaluate
     from llm_experiments.policy.models import encode_prompt, load_policy
     from llm_experiments.samplers.hf import HFSampler
-    from llm_experiments.tasks import make_task
+    from llm_experiments.tasks.make import make_task
 
     cfg = harness_config("on_policy", args.steps, args.lr, args.threads, seed, args.cache)
     task = make_task(cfg.task)

@@ -7,6 +7,8 @@ PY="python -m llm_experiments.study.window_predict"
 G8="results/horizon_phase/runs/seed=*_lr=0.0001_* results/horizon_calibration/runs/seed=0_lr=0.0001_f05b3492"
 G4="results/horizon_phase/runs/seed=0_group_size=4_* results/horizon_calibration/runs/seed=*_group_size=4_*"
 LR2="results/horizon_phase/runs/seed=0_lr=0.0002_* results/horizon_calibration/runs/seed=*_lr=0.0002_*"
+# "a test" below means only that the window had not been scored: every curve it scores already
+# existed, so its prediction is one made after the curves existed, not a blind test (issue 38).
 NEW="Registered before this window was scored: a test."
 SEEN="This window is the whole run, already judged (the base verdict): a development check, not a test."
 PART="Partly seen: the first 100 updates of these runs were scored as horizon_short's runs where the cells are shared (identical or near-identical prefixes): a development check."

@@ -59,9 +59,10 @@ def table(fit: AlignFit, n_runs: int) -> str:
 def devcheck_table(folder: Path, registered: Path) -> str:
     """The finite-run model with worth = align (``folder``, judged windows) against the
     windows' registered model (``registered``), per (window, mu), then the goal's criteria
-    over the windows registered before they were scored and over all (windows.summary)."""
+    over the windows unscored when they were registered and over all (windows.summary)."""
     ref = {(c.setting, c.steps, c.mu): c for c in windows.load_cases(registered)}
-    dev = [windows.WindowCase(**{**c.__dict__, "test": ref[(c.setting, c.steps, c.mu)].test})
+    dev = [windows.WindowCase(**{**c.__dict__,
+                                 "unscored": ref[(c.setting, c.steps, c.mu)].unscored})
            for c in windows.load_cases(folder)]
     lines = ["## Development check: the finite-run model with worth = align", "",
              "Every window was scored before (not a test). x*, regret: the model with the large "
@@ -71,11 +72,12 @@ def devcheck_table(folder: Path, registered: Path) -> str:
              "regret |", "|---|---|---|---|---|---|---|---|---|"]
     for c in dev:
         r = ref[(c.setting, c.steps, c.mu)]
-        lines.append(f"| {c.setting} | {c.steps} | {'test' if c.test else 'dev'} | {c.mu} | "
-                     f"{c.best:g} | {c.x_phases:g} | {c.regret['model (phases)']:.3f} | "
+        kind = "unscored" if c.unscored else "dev"
+        lines.append(f"| {c.setting} | {c.steps} | {kind} | {c.mu} | {c.best:g} |"
+                     f" {c.x_phases:g} | {c.regret['model (phases)']:.3f} | "
                      f"{r.x_phases:g} | {r.regret['model (phases)']:.3f} |")
-    lines += ["", "**Windows registered before scoring:** "
-              + windows.summary([c for c in dev if c.test]), "",
+    lines += ["", "**Windows unscored at registration:** "
+              + windows.summary([c for c in dev if c.unscored]), "",
               "**All windows:** " + windows.summary(dev)]
     return "\n".join(lines) + "\n"
 

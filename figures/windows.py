@@ -1,7 +1,8 @@
 """The best horizon by scored window (issue 25, theory.md 11.12): each registered grid judged
 over its first T updates (``results/windows/<setting>_T<T>/``), beside the finite-run model's
 x* with and without phases. ``python -m figures.windows [--out DIR]`` writes
-``windows.md`` (per window and mu, then the goal's criteria over the test windows and over all)
+``windows.md`` (per window and mu, then the goal's criteria over the unscored windows and over
+all)
 and ``windows.png`` / ``.pdf``.
 """
 
@@ -31,14 +32,15 @@ READOUTS = {"model (phases)": ("predictions", "horizon"),
 
 @dataclass(frozen=True)
 class WindowCase:
-    """One (window, mu) verdict: the grid, the window T (updates), whether the window was a
-    test (registered before it was scored), the best horizon and its neighbours' differences,
-    the model's x* (phases, one phase), each readout's median regret and the model's
-    Spearman."""
+    """One (window, mu) verdict: the grid, the window T (updates), whether the window was
+    unscored when its prediction was registered (the prediction preceded the window's verdict,
+    not its curves: all were predicted after the curves existed, so none is a blind test), the
+    best horizon and its neighbours' differences, the model's x* (phases, one phase), each
+    readout's median regret and the model's Spearman."""
 
     setting: str
     steps: int
-    test: bool
+    unscored: bool
     mu: str
     best: float
     neighbours: str
@@ -59,7 +61,8 @@ def load_cases(folder: Path = WINDOWS) -> list[WindowCase]:
                 continue
             pred = r["predictions"]
             out.append(WindowCase(
-                setting=setting, steps=int(reg["steps"]), test="Registered before this window was scored" in reg["note"],
+                setting=setting, steps=int(reg["steps"]),
+                unscored="Registered before this window was scored" in reg["note"],
                 mu=r["mu_source"], best=r["best_horizon"]["horizon"],
                 neighbours=neighbours_text(r["best_horizon"]),
                 x_phases=pred["horizon"]["x_star"], x_one=pred["horizon_one_phase"]["x_star"],
@@ -90,18 +93,20 @@ def table(cases: list[WindowCase]) -> str:
     """The markdown page: one row per (window, mu), then the summaries."""
     lines = ["# The best horizon by scored window (theory.md 11.12)", "",
              "Each grid judged over its first T updates (AUC, median regret: share of the best "
-             "cell's gain lost). test: the window's prediction was committed before it was "
-             "scored; dev: the window had been scored (the whole run) or shares runs with one "
-             "that had.", "",
+             "cell's gain lost). Every prediction was committed after the curves it scores "
+             "existed (predictions made after the curves existed, not blind tests). unscored: "
+             "the window's prediction was committed before the window was scored; dev: the "
+             "window had been scored (the whole run) or shares runs with one that had.", "",
              "| setting | T | kind | mu | best horizon | neighbours | x* phases | x* one phase | "
              + " | ".join(f"regret {k}" for k in READOUTS) + " | Spearman |",
              "|" + "---|" * (9 + len(READOUTS))]
     for c in cases:
-        lines.append(f"| {c.setting} | {c.steps} | {'test' if c.test else 'dev'} | {c.mu} | "
-                     f"{c.best:g} | {c.neighbours} | {c.x_phases:g} | {c.x_one:g} | "
+        kind = "unscored" if c.unscored else "dev"
+        lines.append(f"| {c.setting} | {c.steps} | {kind} | {c.mu} | {c.best:g} | "
+                     f"{c.neighbours} | {c.x_phases:g} | {c.x_one:g} | "
                      + " | ".join(f"{c.regret[k]:.2f}" for k in READOUTS)
                      + f" | {c.spearman:.2f} |")
-    lines += ["", "**Test windows:** " + summary([c for c in cases if c.test]), "",
+    lines += ["", "**Unscored windows:** " + summary([c for c in cases if c.unscored]), "",
               "**All windows:** " + summary(cases), ""]
     return "\n".join(lines)
 

@@ -3,10 +3,10 @@
 A configuration is one ``Config`` with a section per concern (run, task, model, sampler,
 schedule, buffer, trainer, eval, probe). Shipped configurations live in ``configs/*.yaml``
 (``cpu_tiny`` is the default). Every field states its range where it is defined (``_int``,
-``_real``, ...; choice lists come from the module that owns the behaviour) and is checked when
-its section is built; relations between sections are checked once the buffer capacity is
-resolved (``check_resolved``). An error names the offending key and the allowed range, so
-that the command line can print it as one line.
+``_real``, ...; choice lists come from the owning subsystem's leaf module, e.g.
+``rl/choices.py``) and is checked when its section is built; relations between sections are
+checked once the buffer capacity is resolved (``check_resolved``). An error names the
+offending key and the allowed range, so that the command line can print it as one line.
 
 Units: steps are trainer steps (one optimizer update on one global batch); batch sizes and
 buffer sizes count rollouts (sequences), group sizes count sequences per prompt.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import json
 import math
 import os
@@ -32,33 +31,20 @@ from replaytheory.buffer import (GROUP_MODES, REPLACING, SAMPLING_MODES, check_g
 from replaytheory.cli_input import BadInput, file_label, kind_name, read_text
 from replaytheory.fit.probes import ALIGN_VARIANTS
 
+# Only leaves, modules that import nothing of ours: the subsystems import this module, so
+# anything more would close a circle (tests/test_imports.py).
 from .engines import ENGINES
 from .engines.ray_plan import chunk_groups, lifo_min_capacity
+from .policy.choices import DTYPE_NAMES
+from .rl.choices import LAYOUTS, LOSSES, MODES, RATIO_LOSSES
+from .rl.rates import buffer_shards, rollouts_per_step
 from .samplers import BACKENDS, CDF_DTYPES, DECODE_GRAPHS
-from .rl.schedule import MODES, buffer_shards, rollouts_per_step
 from .tasks import TASKS
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
 
 # trainer.optimizer -> the torch.optim class that ``experiment.py`` builds.
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
-
-
-class _Owned:
-    """The choice tuple ``name`` of ``llm_experiments.<module>``, read when first checked: its
-    owner imports torch, and importing this module stays light."""
-
-    def __init__(self, module: str, name: str):
-        self.module, self.name = module, name
-
-    def _names(self):
-        return getattr(importlib.import_module(f"{__package__}.{self.module}"), self.name)
-
-    def __iter__(self):
-        return iter(self._names())
-
-    def __contains__(self, value) -> bool:
-        return value in self._names()
 
 
 # Field makers: a field's default and the check of its values, side by side. A check takes
@@ -198,7 +184,7 @@ class RunConfig(_Section):
         with a static KV cache and each distinct prompt prefilled once, training with each
         distinct prompt of a batch computed once; same math, float32 rounding differs.
         false (with fast_kernels false): bitwise the computation of earlier versions.
-    train_layout: how the direct forward lays out an update's batch (``losses.LAYOUTS``):
+    train_layout: how the direct forward lays out an update's batch (``rl.choices.LAYOUTS``):
         "shared_prompts" (each distinct prompt once, its completions attending to it; cheap
         for an on-policy batch of G rollouts a prompt, the earlier computation), "sequences"
         (each row's prompt and completion in one forward; its cost does not depend on how
@@ -219,7 +205,7 @@ class RunConfig(_Section):
     cache_dir: str = _text("")
     fast_kernels: bool = _flag(True)
     direct_forward: bool = _flag(True)
-    train_layout: str = _choice("shared_prompts", _Owned("rl.losses", "LAYOUTS"))
+    train_layout: str = _choice("shared_prompts", LAYOUTS)
 
 
 @dataclass
@@ -298,7 +284,7 @@ class ModelConfig(_Section):
     kv_heads: int = _int(2, 1)
     intermediate_size: int = _int(512, 1)
     max_len: int = _int(32, 1)
-    dtype: str = _choice("float32", _Owned("policy.models", "DTYPES"))
+    dtype: str = _choice("float32", DTYPE_NAMES)
     attn_implementation: str = _choice("sdpa", ("sdpa", "eager"))  # transformers' names
     warm_start_steps: int = _int(550, 0)
     warm_start_lr: float = _positive(2e-3)
@@ -525,7 +511,7 @@ class TrainerConfig(_Section):
     """
 
     SECTION: ClassVar[str] = "trainer"
-    loss: str = _choice("grpo", _Owned("rl.losses", "LOSSES"))
+    loss: str = _choice("grpo", LOSSES)
     clip_low: float = _real(0.2, 0.0, 1.0)
     clip_high: float = _real(0.2, 0.0, 1.0)
     is_cap: float = _positive(1.0)
@@ -769,7 +755,7 @@ def check_resolved(cfg: Config) -> None:
     if b.horizon_growth > 0:
         _check_growing_horizon(cfg)
     s, loss = cfg.sampler, cfg.trainer.loss
-    if s.top_p < 1 and loss in _Owned("rl.losses", "RATIO_LOSSES"):
+    if s.top_p < 1 and loss in RATIO_LOSSES:
         raise ValueError(f"sampler.top_p ({s.top_p:g}) must be 1 with trainer.loss={loss}: "
                          f"the trainer scores the full softmax, so a fresh sample's importance "
                          f"ratio would be below 1; allowed: sampler.top_p=1, or "
@@ -778,13 +764,13 @@ def check_resolved(cfg: Config) -> None:
         if getattr(cfg.probe, name) and cfg.schedule.engine != "emulated":
             raise ValueError(f"probe.{name} > 0 (long-range panels) runs on "
                              f"schedule.engine=emulated only, got {cfg.schedule.engine}")
-        if getattr(cfg.probe, name) and loss not in _Owned("rl.losses", "RATIO_LOSSES"):
+        if getattr(cfg.probe, name) and loss not in RATIO_LOSSES:
             raise ValueError(f"probe.{name} > 0 needs a trainer.loss with an importance "
-                             f"ratio, one of {list(_Owned('rl.losses', 'RATIO_LOSSES'))}; got "
+                             f"ratio, one of {list(RATIO_LOSSES)}; got "
                              f"trainer.loss={loss}")
-    if cfg.probe.contribution and loss not in _Owned("rl.losses", "RATIO_LOSSES"):
+    if cfg.probe.contribution and loss not in RATIO_LOSSES:
         raise ValueError(f"probe.contribution=true needs a trainer.loss with an importance "
-                         f"ratio, one of {list(_Owned('rl.losses', 'RATIO_LOSSES'))}; got "
+                         f"ratio, one of {list(RATIO_LOSSES)}; got "
                          f"trainer.loss={loss}")
 
 

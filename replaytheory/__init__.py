@@ -12,8 +12,8 @@ measurements. numpy + scipy only.
 from .model.bound import (BoundConditionError, BoundResult, VarianceTerms, convergence_bound,
                           step_size_limit, variance_terms)
 from .calculator import DEFAULT_REUSE, ReplayRecommendation, design_grid, optimal_config
-from .fit.calibrate import (Calibration, calibrate, check_decomposition, fit_bias, fit_coupling,
-                            fit_noise_model)
+from .fit.bound_fit import check_decomposition, fit_bias, fit_coupling, fit_noise_model
+from .fit.calibrate import Calibration, calibrate
 from .model.compute import (compute_ratio, cost_per_update, estimate_mu, expected_replay_ratio,
                             gamma_table, generation_share, mu_from_costs, paper_gamma_tables)
 from .model.design import (Design, FiniteLRDesign, finite_lr_design, finite_lr_objective,

@@ -5,7 +5,7 @@ rule (theory.md section 13).
 
 No horizon model predicts the measured optima (sections 11.10-11.19), so the horizon is taken
 from evidence, not from the model. The evidence (``EVIDENCE_PATH``, written by
-``python -m llm_experiments.study.evidence``) holds, per judged grid window (setting, run
+``python -m replaytheory.evidence``) holds, per judged grid window (setting, run
 length T, mu), every cell's AUC point estimate and the warm start's accuracy. The regret of a
 cell is the share of the best cell's gain over the warm start that it loses,
 (best - cell) / (best - warm start) (``stats.verdicts.regret_gain``).
@@ -90,7 +90,7 @@ class Evidence:
 
 
 def load_evidence(path: str | Path = EVIDENCE_PATH) -> list[Evidence]:
-    """The evidence records of ``path`` (a JSON list, ``study.evidence``)."""
+    """The evidence records of ``path`` (a JSON list, ``evidence.collect``)."""
     return [Evidence.from_record(r) for r in json.loads(Path(path).read_text())]
 
 

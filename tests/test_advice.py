@@ -23,7 +23,7 @@ def _grid(setting, family, scores, mu=2.0, run_updates=100, warm=0.2):
 
 
 def test_the_committed_evidence_is_what_the_committed_verdicts_say():
-    from llm_experiments.study.evidence import collect
+    from replaytheory.evidence import collect
     assert collect() == json.loads(EVIDENCE_PATH.read_text())
 
 

@@ -30,7 +30,7 @@ def test_the_align_table_reads_back_each_phase(tmp_path):
 
 def test_the_development_check_pairs_each_window_with_its_registered_verdict():
     """The committed development check (theory.md 11.15) covers the 14 windows at 3 mus, and
-    the test windows are those registered before they were scored (27 cases)."""
+    the unscored windows are those registered before they were scored (27 cases)."""
     text = align.devcheck_table(align.DEVCHECK, align.windows.WINDOWS)
-    assert text.count("| test |") == 27 and text.count("| dev |") == 15
-    assert "**Windows registered before scoring:** 27 cases" in text
+    assert text.count("| unscored |") == 27 and text.count("| dev |") == 15
+    assert "**Windows unscored at registration:** 27 cases" in text

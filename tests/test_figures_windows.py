@@ -1,11 +1,12 @@
 """The window table (figures.windows, theory.md 11.12) reads every judged window and counts the
-goal's criteria over the test windows only."""
+goal's criteria over the unscored windows apart (predicted after the curves existed: none is a
+blind test)."""
 
 from figures import windows
 
 
 def _case(**kw):
-    base = dict(setting="s", steps=50, test=True, mu="measured", best=8.0, neighbours="",
+    base = dict(setting="s", steps=50, unscored=True, mu="measured", best=8.0, neighbours="",
                 x_phases=16.0, x_one=1.0, regret={k: 0.1 for k in windows.READOUTS},
                 spearman=0.8)
     return windows.WindowCase(**{**base, **kw})
@@ -18,15 +19,15 @@ def test_summary_counts_within_a_factor_two_and_spearman():
     assert "Spearman >= 0.7 in 2" in text
 
 
-def test_committed_windows_load_with_tests_and_development_checks_apart(tmp_path):
+def test_committed_windows_load_with_unscored_windows_and_development_checks_apart(tmp_path):
     cases = windows.load_cases()
     assert cases, "results/windows holds judged windows"
     assert {c.mu for c in cases} == set(windows.MUS)
-    tests = [c for c in cases if c.test]
-    assert 0 < len(tests) < len(cases)
-    # the whole-run windows were judged before: never counted as tests
-    assert not any(c.test for c in cases if (c.setting, c.steps) in
+    unscored = [c for c in cases if c.unscored]
+    assert 0 < len(unscored) < len(cases)
+    # the whole-run windows were judged before: never counted as unscored
+    assert not any(c.unscored for c in cases if (c.setting, c.steps) in
                    {("cpu_sweep_v3", 300), ("horizon_short", 100)})
     paths = windows.main(["--out", str(tmp_path)])
-    assert (tmp_path / "windows.md").read_text().count("| test |") == len(tests)
+    assert (tmp_path / "windows.md").read_text().count("| unscored |") == len(unscored)
     assert len(paths) == 3

@@ -3,7 +3,8 @@
 ``figures/`` only reads saved results, so nothing depends on it; ``replaytheory/`` is numpy and
 scipy only; the probes see a run through ``probes.RunView``, never the ``Experiment``; the
 harness never imports the study that uses it (``llm_experiments.study``); no two modules import
-each other, directly or around a circle; no package holds more than ``MAX_MODULES`` modules.
+each other, directly or around a circle (imports inside functions included), and config.py
+imports only leaves; no package holds more than ``MAX_MODULES`` modules.
 """
 
 import ast
@@ -17,6 +18,14 @@ LIBRARY = sorted(p for pkg in ("replaytheory", "llm_experiments")
                  for p in (REPO / pkg).rglob("*.py"))
 
 
+def from_module(node: ast.ImportFrom, package: str) -> str:
+    """The absolute name of the module of ``from m import ...`` in ``package``."""
+    if not node.level:
+        return node.module
+    parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
 def imported_modules(source: str, package: str) -> set[str]:
     """Absolute names of every module that ``source`` (a module of ``package``) imports,
     anywhere in the file, relative imports resolved; ``from m import x`` counts m and m.x."""
@@ -25,10 +34,7 @@ def imported_modules(source: str, package: str) -> set[str]:
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = node.module
-            if node.level:
-                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join(parts + ([node.module] if node.module else []))
+            base = from_module(node, package)
             names.add(base)
             names |= {f"{base}.{alias.name}" for alias in node.names}
     return names
@@ -90,19 +96,33 @@ def module_name(path: Path) -> str:
     return ".".join(path.relative_to(REPO).with_suffix("").parts)
 
 
+def module_names() -> dict[str, Path]:
+    """Library module name -> file; a package is its ``__init__`` (named by the package)."""
+    return {module_name(p.parent if p.name == "__init__.py" else p): p for p in LIBRARY}
+
+
+def module_imports(name: str, path: Path, modules) -> set[str]:
+    """The library modules (of ``modules``) that module ``name`` imports anywhere in its file,
+    inside functions too: such an import runs later, but the two modules still need each
+    other. ``from package import x`` counts ``package.x`` when x is a module, else the package
+    (whose ``__init__`` defines x). A package's ``__init__`` does not count for its
+    submodules: a package re-exporting its modules is not a circle between them."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = from_module(node, package)
+            found |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                      for alias in node.names}
+    return {n for n in found if n in modules and n != name}
+
+
 def import_graph() -> dict[str, set[str]]:
-    """Module -> library modules it imports at import time (the module's top level; imports
-    inside functions run later and cannot make a circle at import). Package ``__init__``
-    files are left out: a package re-exporting its modules is not a circle between them."""
-    modules = {module_name(p): p for p in LIBRARY if p.name != "__init__.py"}
-    graph = {}
-    for name, path in modules.items():
-        package = name.rsplit(".", 1)[0]
-        top = ast.Module(body=[n for n in ast.parse(path.read_text()).body
-                               if isinstance(n, (ast.Import, ast.ImportFrom))], type_ignores=[])
-        graph[name] = {n for n in imported_modules(ast.unparse(top), package)
-                       if n in modules and n != name}
-    return graph
+    """Module -> the library modules it imports (``module_imports``)."""
+    modules = module_names()
+    return {name: module_imports(name, path, modules) for name, path in modules.items()}
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -129,10 +149,33 @@ def test_circles_finds_a_circle():
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
+def test_import_graph_sees_imports_inside_functions_and_package_modules(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("def make():\n    from .impl import Thing\n")
+    (package / "impl.py").write_text("from . import Base\nfrom . import helper\n")
+    (package / "helper.py").write_text("")
+    modules = {"pkg": package / "__init__.py", "pkg.impl": package / "impl.py",
+               "pkg.helper": package / "helper.py"}
+    assert module_imports("pkg", modules["pkg"], modules) == {"pkg.impl"}
+    assert module_imports("pkg.impl", modules["pkg.impl"], modules) == {"pkg", "pkg.helper"}
+
+
 def test_no_import_circle():
     graph = import_graph()
     assert "llm_experiments.engines.ray_engine" in graph  # the graph reaches the subpackages
+    assert "llm_experiments.samplers" in graph  # and the packages' own modules
     assert circles(graph) == []
+
+
+def test_config_imports_only_leaves():
+    """The subsystems import config.py, so it imports only modules that import nothing of
+    ``llm_experiments`` (the choice lists' leaf modules and plain arithmetic)."""
+    graph = import_graph()
+    ours = [m for m in graph["llm_experiments.config"] if m.startswith("llm_experiments")]
+    assert "llm_experiments.rl.choices" in ours
+    assert {m: sorted(graph[m]) for m in ours
+            if any(n.startswith("llm_experiments") for n in graph[m])} == {}
 
 
 def test_no_package_holds_more_than_max_modules():

@@ -1,11 +1,12 @@
 """The README as a newcomer meets it: its python snippets run as shown, top to bottom, from a
 fresh checkout's layout, and print what the README says they print; its set-up commands are the
-ones CI runs; its links (and those of docs/) lead to files and headings that exist.
+ones CI runs; its links (and those of docs/ and theory.md) lead to files and headings that exist.
 
 The snippet under "## Use with TRL" is run by tests/llm/test_llm_trl_readme.py (it needs the
 trl extra), so it is skipped here. A block's lines ``# out: TEXT`` are what it prints: each
 TEXT must appear in its output, in that order."""
 
+import glob
 import os
 import re
 import subprocess
@@ -15,7 +16,9 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(REPO, "README.md")
-DOCS = [README, os.path.join(REPO, "docs", "findings.md"), os.path.join(REPO, "docs", "reference.md")]
+DOCS = [README, os.path.join(REPO, "docs", "findings.md"),
+        os.path.join(REPO, "docs", "reference.md"), os.path.join(REPO, "theory.md"),
+        *sorted(glob.glob(os.path.join(REPO, "docs", "experiments", "*.md")))]
 SNIPPET_SECONDS = 60  # each block; the calculator's take ~2 s here
 OWN_TEST = {"Use with TRL": "tests/llm/test_llm_trl_readme.py"}
 # What a fresh clone holds besides the tracked files: nothing a snippet may rely on.

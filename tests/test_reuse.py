@@ -10,7 +10,8 @@ from scipy import optimize, stats
 
 from replaytheory.model import design
 from replaytheory.model import reuse as ru
-from replaytheory.fit.calibrate import calibrate, choose_variant, fit_contribution, fit_reuse
+from replaytheory.fit.calibrate import calibrate
+from replaytheory.fit.reuse_fit import choose_variant, fit_contribution, fit_reuse
 from replaytheory.model.noise import ConstantNoise, PowerLawNoise, TabulatedNoise
 from replaytheory.fit.probes import ProbeSet
 

@@ -3,9 +3,11 @@
 * every section a citation of theory.md names (in .py, .md, .yaml and .ipynb files) is a
   heading of theory.md;
 * the check-values table of section 5 agrees with ``replaytheory.optimal_design``;
-* every dotted name theory.md gives as an implementation can be imported.
+* every dotted name theory.md, or a study's record moved from it (``docs/experiments/``), gives
+  as an implementation can be imported.
 """
 
+import glob
 import importlib
 import json
 import math
@@ -18,6 +20,7 @@ from replaytheory import PowerLawNoise, optimal_design
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "theory.md")
+EXPERIMENTS = sorted(glob.glob(os.path.join(ROOT, "docs", "experiments", "*.md")))
 SUFFIXES = (".py", ".md", ".yaml", ".ipynb")
 SELF = os.path.relpath(os.path.abspath(__file__), ROOT)  # its examples are not citations
 
@@ -108,9 +111,9 @@ def test_every_cited_section_is_a_heading():
                          f"{missing}; headings are {sorted(headings)}")
 
 
-def test_sections_one_to_eleven_in_order():
+def test_sections_one_to_thirteen_in_order():
     top = [h for h in HEADING.findall(_doc()) if "." not in h]
-    assert top == [str(k) for k in range(1, 12)]
+    assert top == [str(k) for k in range(1, 14)]
 
 
 def _check_table():
@@ -164,6 +167,10 @@ def _resolve(dotted: str):
 def test_named_implementations_exist():
     names = sorted(set(DOTTED.findall(_doc())))
     assert len(names) > 40, names  # the document names the implementation of each formula
+    assert EXPERIMENTS  # the studies' records, moved out of theory.md, name code as well
+    for path in EXPERIMENTS:
+        with open(path) as fh:
+            names = sorted(set(names) | set(DOTTED.findall(fh.read())))
     missing = []
     for name in names:
         try:

@@ -35,10 +35,11 @@ from ..policy.kernels import use_onednn_linear
 from .metrics import evaluate
 from ..policy.models import encode_prompt, load_policy, param_count, weights_sha256
 from ..probing.probes import Prober, RunCounts
-from ..samplers import WeightUpdate, make_sampler
+from ..samplers import WeightUpdate
+from ..samplers.make import make_sampler
 from ..rl.schedule import ComputeClock, Production, WeightStore
 from .seeds import EVAL_STREAM, derived_seed
-from ..tasks import make_task
+from ..tasks.make import make_task
 from ..rl.trainer import PolicyTrainer, grade_rollouts
 
 

@@ -40,9 +40,10 @@ from ..engines.loop import RunBooks
 from ..engines.metrics import REQUIRED_KEYS, MetricsLog, evaluate, read_jsonl, summarize
 from ..policy.models import encode_prompt, load_policy, param_count
 from ..samplers import WeightUpdate
-from ..rl.schedule import ComputeClock, rollouts_per_step
+from ..rl.rates import rollouts_per_step
+from ..rl.schedule import ComputeClock
 from ..engines.seeds import EVAL_STREAM, derived_seed
-from ..tasks import make_task
+from ..tasks.make import make_task
 
 UNSUPPORTED = {("schedule", "mode"): ("async",), ("buffer", "lifo"): (True,),
                ("sampler", "backend"): ("vllm",)}

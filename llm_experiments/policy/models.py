@@ -18,10 +18,11 @@ import tempfile
 import torch
 
 from ..config import Config
+from .choices import DTYPE_NAMES
 from .warm_start import warm_start
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 def cache_dir(cfg: Config) -> str:
@@ -201,7 +202,7 @@ def export_warm_start(cfg: Config, out_dir: str) -> str:
     this machine's cached one) to the new folder ``out_dir``; returns its ``weights_sha256``.
     Commit the folder and set ``model.warm_start_path`` to it so that every machine starts
     from this policy."""
-    from ..tasks import make_task
+    from ..tasks.make import make_task
     if cfg.model.name != "tiny":
         raise ValueError(f"model.name={cfg.model.name!r}: only the tiny model has a warm start")
     if os.path.exists(out_dir):

@@ -76,7 +76,8 @@ from ..rl.gradients import cosine, flat_params, kept_share, per_sample_grads, sq
 from ..rl.losses import collate, loss_stats, policy_loss, token_logprobs
 from .align import AlignProbe
 from .panel import PanelProbe
-from ..samplers import Generation, WeightUpdate, hf_sampler
+from ..samplers import Generation, WeightUpdate
+from ..samplers.make import hf_sampler
 from ..engines.seeds import PROBE_STREAM, SKETCH_STREAM, derived_seed
 from .sketch import projection
 

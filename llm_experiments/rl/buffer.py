@@ -17,7 +17,7 @@ import numpy as np
 from replaytheory.buffer import NEW, ReplayIndex
 from replaytheory.columns import SLACK, IdTable
 
-from .schedule import buffer_shards, rollouts_per_step
+from .rates import buffer_shards, rollouts_per_step
 
 
 @dataclass

@@ -24,13 +24,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from .objectives import (RATIO_OBJECTIVES, BatchTerms, LossParams, batch_terms,
-                         token_terms)
-
-# The losses with an importance ratio pi / pi_behaviour (``objectives``); asymre uses log pi
-# alone.
-RATIO_LOSSES = RATIO_OBJECTIVES
-LOSSES = (*RATIO_LOSSES, "asymre")
+from .choices import LAYOUTS, LOSSES, RATIO_LOSSES
+from .objectives import BatchTerms, LossParams, batch_terms, token_terms
 
 
 def group_advantages(rewards, loss: str = "grpo", dv: float = -0.1) -> np.ndarray:
@@ -213,10 +208,6 @@ def collate_sequences(rollouts, pad_id: int, device="cpu") -> SequenceBatch:
     mask = torch.cat([pmask, torch.ones_like(completion)], 1)
     return SequenceBatch(**rows, input_ids=ids, positions=(mask.cumsum(-1) - 1).clamp(min=0),
                          attention=prompt_mask(mask), first=pmask.shape[1] - 1)
-
-
-# How the direct forward lays out a batch (``run.train_layout``).
-LAYOUTS = ("shared_prompts", "sequences", "auto")
 
 
 def layout_tokens(rollouts) -> dict:

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .choices import RATIO_LOSSES
+
 # Sequence: each rollout's token losses averaged over its own tokens (the harness's
 # convention: the batch gradient is the mean of per-rollout gradients). Batch tokens: summed
 # over the rollout's tokens and divided by the batch's mean completion length, so the batch
@@ -139,8 +141,7 @@ def token_terms(loss: str, logp: torch.Tensor, log_ratio: torch.Tensor, adv: tor
     raise ValueError(f"trainer.loss must be one of {list(RATIO_OBJECTIVES)}, got {loss!r}")
 
 
-RATIO_OBJECTIVES = ("grpo", "grpo_unclipped", "grpo_truncated", "cispo", "m2po", "neg_clip",
-                    "neg_cap", "neg_veto")
+RATIO_OBJECTIVES = RATIO_LOSSES
 AGGREGATION = {"cispo": BATCH_TOKENS, "m2po": BATCH_TOKENS}
 # Losses whose per-token weights depend on the whole batch's log-ratios (not only its mask).
 BATCH_MASKED = ("m2po",)

@@ -24,24 +24,7 @@ from typing import Callable
 from replaytheory.model.compute import mu_from_costs
 
 from ..samplers import WeightUpdate
-
-# How rollouts are produced (see the module docstring); ``schedule.mode`` is one of these.
-MODES = ("on_policy", "sync", "async")
-
-
-def rollouts_per_step(sc, mu: float | None = None) -> float:
-    """R, rollouts made per trainer step by the schedule ``sc`` (a ``ScheduleConfig``; theory.md
-    sections 3-4): B on-policy, B / y sync, B W / (T mu) async (``mu`` > 0 needed there)."""
-    if sc.mode == "on_policy":
-        return float(sc.batch_size)
-    if sc.mode == "sync":
-        return sc.batch_size / sc.replay_ratio
-    return sc.batch_size * sc.workers / (sc.trainers * mu)
-
-
-def buffer_shards(sc) -> int:
-    """Buffer shards of the schedule ``sc``: one per trainer in "async", else 1."""
-    return sc.trainers if sc.mode == "async" else 1
+from .rates import buffer_shards, rollouts_per_step
 
 
 class Production:

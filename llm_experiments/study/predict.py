@@ -34,7 +34,7 @@ from replaytheory.model.noise import EXTRAPOLATIONS
 
 from ..config import load_config, parse_override
 from .judge import probe_paths
-from ..rl.losses import RATIO_LOSSES
+from ..rl.choices import RATIO_LOSSES
 from .results import warm_start_of
 from .sweep import run_sweep
 from .validation import ACCOUNTING_MUS, VARIANTS, ProbeFit, predict

@@ -2,7 +2,10 @@
 
 Every task exposes the same small interface (``Task``): draw training problems with a numpy
 generator, a fixed held-out list that never overlaps the training problems, and a reward in
-[0, 1] for a completion. ``make_task`` builds the one named in a ``TaskConfig``.
+[0, 1] for a completion. ``make.make_task`` builds the one named in a ``TaskConfig``.
+
+This module holds the interface and imports nothing of ours, so that the tasks and config.py
+import it without a circle.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 
-# The tasks ``make_task`` builds (``task.name``).
+# The tasks ``make.make_task`` builds (``task.name``).
 TASKS = ("addition", "reasoning_gym", "math")
 
 
@@ -64,16 +67,3 @@ class ListTask:
         """See ``Task.alphabet``."""
         chars = {c for p in self.train + self.eval_problems for c in p.prompt + p.answer}
         return "".join(sorted(chars))
-
-
-def make_task(cfg) -> Task:
-    """Build the task of a ``TaskConfig``."""
-    if cfg.name == "addition":
-        from .arithmetic import AdditionTask
-        return AdditionTask(cfg.digits, cfg.eval_size, cfg.eval_seed)
-    if cfg.name == "reasoning_gym":
-        from .reasoning_gym import ReasoningGymTask
-        return ReasoningGymTask(cfg.rg_name, cfg.rg_config, cfg.rg_size, cfg.eval_size,
-                                cfg.eval_seed, cfg.prompt_field, cfg.prompt_template)
-    from .math_answers import MathAnswerTask
-    return MathAnswerTask.from_config(cfg)

@@ -30,7 +30,7 @@ import numpy as np
 from scipy import stats
 
 from .. import checks
-from .calibrate import _boot_weights, _clusters, _interval, _table
+from .bootstrap import _boot_weights, _clusters, _interval, _table
 from .probes import UNIT_GROUP, UNIT_SEQUENCE, ProbeSet
 
 UNITS = (UNIT_SEQUENCE, UNIT_GROUP)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .calibrate import _boot_weights, _interval
+from .bootstrap import _boot_weights, _interval
 from .probes import UNIT_SEQUENCE, ProbeSet
 
 MIN_PANELS = 2

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import checks
 
-# The LLM harness's names (llm_experiments.rl.losses.LOSSES) for the same objectives; repeated
+# The LLM harness's names (llm_experiments.rl.choices.LOSSES) for the same objectives; repeated
 # here because replaytheory must not import the harness.
 LOSSES = ("grpo", "grpo_unclipped", "grpo_truncated", "asymre")
 

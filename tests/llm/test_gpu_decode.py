@@ -101,7 +101,7 @@ def test_compaction_and_cdf_settings_come_from_the_config():
     """sampler.compact_below and sampler.cdf_dtype reach the HF sampler; bad values name the
     key."""
     from llm_experiments.config import load_config
-    from llm_experiments.samplers import make_sampler
+    from llm_experiments.samplers.make import make_sampler
     model, tok = tiny_policy(32, 2, 64)
     s = make_sampler(load_config("cpu_tiny", ["sampler.compact_below=0.5",
                                               "sampler.cdf_dtype=blocked"]), model, tok)
@@ -209,7 +209,7 @@ def test_vllm_settings_come_from_the_config(monkeypatch):
     """sampler.vllm_gpu_memory and sampler.vllm_eager reach the engine (the memory share
     only on a GPU run)."""
     from llm_experiments.config import load_config
-    from llm_experiments.samplers import make_sampler
+    from llm_experiments.samplers.make import make_sampler
     from llm_experiments.samplers import vllm as vllm_module
     seen = {}
     monkeypatch.setattr(vllm_module, "VLLMSampler", lambda *a, **kw: seen.update(kw))
@@ -426,7 +426,7 @@ def test_kept_rows_are_the_live_ones_padded_to_a_halving(alive):
 def test_decode_graphs_come_from_the_config():
     """sampler.decode_graphs reaches the HF sampler; a bad value names the key."""
     from llm_experiments.config import load_config
-    from llm_experiments.samplers import make_sampler
+    from llm_experiments.samplers.make import make_sampler
     model, tok = tiny_policy(32, 2, 64)
     for value, want in (("on", "on"), ("off", "off"), ("auto", "auto")):
         assert make_sampler(load_config("cpu_tiny", [f"sampler.decode_graphs={value}"]), model,

@@ -77,7 +77,8 @@ def test_master_weights_keep_fp32_params_and_a_bf16_sampler():
     """The trainer's parameters are float32 masters; the sampler's copy is bfloat16 and
     takes the trainer's float32 weights on load."""
     from llm_experiments.config import load_config
-    from llm_experiments.samplers import WeightUpdate, make_sampler
+    from llm_experiments.samplers import WeightUpdate
+    from llm_experiments.samplers.make import make_sampler
     cfg = load_config("cpu_tiny", ["model.dtype=bfloat16", "run.fast_kernels=false"])
     model, tok = tiny_policy(32, 2, 64)
     trainer = _Trainer(cfg, model, tok)
@@ -93,7 +94,7 @@ def _fresh_log_ratios(dtype: str, hidden: int, intermediate: int):
     """``PolicyTrainer.log_ratios`` of 32 rollouts its own sampler copy just made."""
     from llm_experiments.config import load_config
     from llm_experiments.rl.buffer import Rollout
-    from llm_experiments.samplers import make_sampler
+    from llm_experiments.samplers.make import make_sampler
     cfg = load_config("cpu_tiny", [f"model.dtype={dtype}", "run.fast_kernels=false"])
     model, tok = tiny_policy(hidden, 2, intermediate)
     trainer = _Trainer(cfg, model, tok)

@@ -84,9 +84,8 @@ def test_import_stays_light_and_choices_come_from_their_owners():
     code = ("import sys, llm_experiments.config as c; assert 'torch' not in sys.modules; "
             "c.load_config('cpu_tiny')")
     subprocess.run([sys.executable, "-c", code], check=True)
-    from llm_experiments.rl.losses import LOSSES
+    from llm_experiments.rl.choices import LOSSES, MODES
     from llm_experiments.samplers import BACKENDS
-    from llm_experiments.rl.schedule import MODES
     from llm_experiments.tasks import TASKS
     from replaytheory.buffer import SAMPLING_MODES
     for key, names in (("trainer.loss", LOSSES), ("sampler.backend", BACKENDS),

@@ -57,7 +57,7 @@ def test_two_gloo_ranks_average_in_place_bitwise(tmp_path):
 
 def _trainer_rank(rank, init_file):
     from llm_helpers import small_config
-    from llm_experiments.engines.ray_engine import TrainerRank
+    from llm_experiments.engines.ray_actors import TrainerRank
     cfg = small_config("schedule.engine=ray", "schedule.mode=async", "probe.every=0",
                        f"schedule.trainers={WORLD}", "buffer.capacity=32")
     trainer = TrainerRank(cfg, rank, None, None, None)

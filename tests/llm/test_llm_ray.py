@@ -52,7 +52,7 @@ def _rollouts(n, first, tokens=(3, 4, 5)):
 def test_buffer_actor_draws_as_the_in_process_buffer(actors):
     """Same stream in, same draws out: two shards, without replacement, positive bias."""
     from llm_experiments.rl.buffer import RolloutBuffer
-    from llm_experiments.engines.ray_engine import BufferHolder
+    from llm_experiments.engines.ray_actors import BufferHolder
     from llm_experiments.engines.seeds import BUFFER_STREAM, derived_seed
     cfg = small_config(*RAY, "schedule.trainers=2", "schedule.batch_size=8", "buffer.capacity=24",
                        "buffer.sampling=without_replacement", "buffer.delta=0.25")
@@ -80,7 +80,7 @@ def test_two_trainer_ranks_hold_identical_weights(actors, loss):
     rank's shard's, as in AReaL)."""
     import torch
 
-    from llm_experiments.engines.ray_engine import BufferHolder, TrainerRank
+    from llm_experiments.engines.ray_actors import BufferHolder, TrainerRank
     cfg = small_config(*RAY, "schedule.trainers=2", "buffer.capacity=32", f"trainer.loss={loss}")
     reference = TrainerRank(small_config(*RAY, "buffer.capacity=32", f"trainer.loss={loss}"),
                             0, None, None, None)
@@ -223,7 +223,7 @@ def test_injected_delay_is_slept_counted_and_reproducible():
     """schedule.injected_gen_delay: each sampler call sleeps the drawn delay, reported as part
     of its generation time; 0 sleeps nothing; the lognormal draws are reproducible per
     (seed, sampler) and spread around the median."""
-    from llm_experiments.engines.ray_engine import InjectedDelay, SamplerWorker
+    from llm_experiments.engines.ray_actors import InjectedDelay, SamplerWorker
     chunks = []
     for delay in (0.0, 0.05):
         worker = SamplerWorker(small_config(*RAY, f"schedule.injected_gen_delay={delay}"))
@@ -371,7 +371,7 @@ def test_lifo_at_its_least_capacity_runs_to_completion(bounded, tmp_path):
 def test_a_failed_buffer_insert_stops_the_run_and_is_not_counted(bounded, tmp_path):
     """The buffer actor's second insert fails: the run stops at once with an error naming the
     insert and its cause, and the rollouts counted as made are those the buffer took."""
-    from llm_experiments.engines.ray_engine import BufferHolder
+    from llm_experiments.engines.ray_actors import BufferHolder
 
     class FailingHolder(BufferHolder):
         calls = 0

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from llm_experiments.config import load_config
-from llm_experiments.tasks import make_task
+from llm_experiments.tasks.make import make_task
 from llm_experiments.tasks.arithmetic import AdditionTask
 
 

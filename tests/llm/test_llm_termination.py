@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from llm_experiments.rl.buffer import Rollout, RolloutBuffer
 from llm_experiments.config import from_dict, load_config
-from llm_experiments.rl.schedule import MODES, Production
+from llm_experiments.rl.choices import MODES
+from llm_experiments.rl.schedule import Production
 from replaytheory.buffer import SAMPLING_MODES
 
 STEPS = 8

@@ -52,7 +52,7 @@ def _train(tmp_path, replay: "rt.ReplaySettings", r: int, steps: int, lr: float 
     from datasets import Dataset
 
     from llm_experiments.policy.models import load_policy
-    from llm_experiments.tasks import make_task
+    from llm_experiments.tasks.make import make_task
     torch.set_num_threads(1)
     cfg = small_config()
     task = make_task(cfg.task)
@@ -199,7 +199,7 @@ def test_unsupported_trl_settings_are_refused(tmp_path, extra, name):
     from datasets import Dataset
 
     from llm_experiments.policy.models import load_policy
-    from llm_experiments.tasks import make_task
+    from llm_experiments.tasks.make import make_task
     cfg = small_config()
     model, tok = load_policy(cfg, make_task(cfg.task))
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",

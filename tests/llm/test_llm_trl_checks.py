@@ -31,7 +31,7 @@ def _parts():
     from datasets import Dataset
 
     from llm_experiments.policy.models import load_policy
-    from llm_experiments.tasks import make_task
+    from llm_experiments.tasks.make import make_task
     torch.set_num_threads(1)
     cfg = small_config()
     task = make_task(cfg.task)

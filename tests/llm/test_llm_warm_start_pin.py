@@ -7,7 +7,7 @@ from llm_helpers import small_config
 
 def test_export_then_load_the_same_policy_and_refuse_another(tmp_path):
     from llm_experiments.policy.models import export_warm_start, load_policy, weights_sha256
-    from llm_experiments.tasks import make_task
+    from llm_experiments.tasks.make import make_task
 
     cfg = small_config()
     model, _ = load_policy(cfg, make_task(cfg.task))

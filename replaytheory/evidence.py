@@ -1,5 +1,5 @@
-"""The measured horizon evidence the calculator's advice reads (``replaytheory.advice``), from
-the committed verdicts: ``python -m llm_experiments.study.evidence [--results DIR] [--out F]``.
+"""The measured horizon evidence the calculator's advice reads (``advice``), from the
+committed verdicts: ``python -m replaytheory.evidence [--results DIR] [--out F]``.
 
 One record per judged (setting, run length, mu): every grid cell's AUC point estimate (mean
 eval accuracy over the evaluations of the window, at the cell's best learning rate, as
@@ -24,12 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from replaytheory.advice import EVIDENCE_PATH
-from replaytheory.io import write_text
+from .advice import EVIDENCE_PATH
+from .io import open_text, write_text
 
-from .results import load_runs
-
-RESULTS = Path(__file__).resolve().parents[2] / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 WHOLE_RUNS = ("heldout_digits3", "heldout_init", "heldout_wide", "seconds_groups")
 MU_SOURCES = ("measured", "2", "6.84")
 
@@ -37,8 +35,9 @@ MU_SOURCES = ("measured", "2", "6.84")
 def _warm_start(results: Path, curves: str, cache: dict) -> float:
     """Median step-0 eval accuracy of the runs in ``curves`` (a path under the repository)."""
     if curves not in cache:
-        runs = load_runs(str(results.parent / curves))
-        cache[curves] = float(np.median([r.eval["eval_accuracy"][0] for r in runs]))
+        with open_text(str(results.parent / curves)) as fh:
+            first = [json.loads(line)["eval"]["eval_accuracy"][0] for line in fh if line.strip()]
+        cache[curves] = float(np.median(first))
     return cache[curves]
 
 
