@@ -1,4 +1,4 @@
-"""The demo's figure: held-out accuracy against compute for each compared run, the predicted
+"""The demo's figure: held-out accuracy against compute for each compared run, the advised
 cell drawn thick, the target accuracy dotted and the ranking window shaded, each named in the
 legend.
 
@@ -31,7 +31,7 @@ def draw(demo_dir: str | Path) -> list[Path]:
         color = ON_POLICY_COLOR if kind(run) == "on_policy" else PALETTE[1 + i % 6]
         ax.plot(run.compute(mu), run.eval["eval_accuracy"], color=color,
                 lw=2.2 if row["predicted"] else 1.2,
-                label=row["config"] + (" (predicted)" if row["predicted"] else ""))
+                label=row["config"] + (" (advised)" if row["predicted"] else ""))
     warm, target = summary["warm_start_accuracy"], summary["target_accuracy"]
     best = max(row["final_accuracy"] for row in summary["runs"])
     share = (target - warm) / max(best - warm, 1e-12)
@@ -43,8 +43,8 @@ def draw(demo_dir: str | Path) -> list[Path]:
                label=f"ranking window: first {window:.4g} updates (the compute every run spent)")
     ax.set(xlabel=f"compute (trainer updates; a generated batch counts as mu = {mu:g})",
            ylabel="held-out accuracy",
-           title=f"predicted horizon x* = {summary['predicted_horizon']:.3g} updates, "
-                 f"replay ratio y* = {summary['predicted_replay_ratio']:.3g}")
+           title=f"advised horizon x = {summary['advised_horizon']:.3g} updates, "
+                 f"replay ratio y = {summary['advised_replay_ratio']:.3g}")
     ax.legend(fontsize=6)
     return save(fig, "demo", demo_dir)
 

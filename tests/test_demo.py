@@ -28,8 +28,9 @@ def test_the_figure_is_drawn_from_the_saved_results_in_its_own_process(tmp_path,
     (tmp_path / "curves.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     rows = [demo.DemoRun("on-policy", "onp", False, 0.5, 0.5, 150.0, 100.0),
             demo.DemoRun("x=4, y=2", "buf", True, 0.6, 0.6, 80.0, 50.0)]
-    summary = demo.DemoSummary(6.84, 0.5, 0.48, 0.3, 4.2, 2.1, "replay", 4.0, 2.0, 0.3,
-                               demo.DemoFit(0.1, True, 0.5, "gap", None), [], rows)
+    summary = demo.DemoSummary(6.84, 0.5, 0.48, 0.3, 4.2, 2.1, "replay", 4.0, 2.0,
+                               (0.02, 0.01, 0.03), demo.DemoFit(0.1, True, 0.5, "gap", None),
+                               [], rows)
     (tmp_path / "summary.json").write_text(json.dumps(asdict(summary)))
     demo._draw(str(tmp_path))
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -42,7 +43,7 @@ def test_the_figure_is_drawn_from_the_saved_results_in_its_own_process(tmp_path,
     fig_demo.draw(tmp_path)
     ax = drawn[0].axes[0]
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
-    pred = lines["x=4, y=2 (predicted)"]
+    pred = lines["x=4, y=2 (advised)"]
     assert list(pred.get_ydata()) == [0.3, 0.45, 0.6]
     assert list(pred.get_xdata()) == [s + 6.84 * s for s in EVAL_STEPS]  # 16 rollouts/step
     assert pred.get_linewidth() > lines["on-policy"].get_linewidth()
@@ -118,30 +119,36 @@ def test_the_terminal_report_ranks_the_runs_and_names_the_prediction():
     rows = [demo.DemoRun("on-policy", "onp", False, 0.5, 0.5, 150.0, 100.0, 0.45),
             demo.DemoRun("x=4, y=2", "pred", True, 0.6, 0.6, 80.0, math.inf, 0.40),
             demo.DemoRun("x=4, y=4", "twice", False, 0.6, 0.6, 60.0, 50.0, 0.50)]
-    summary = demo.DemoSummary(6.84, 0.5, 0.48, 0.3, 4.2, 2.1, "replay", 4.0, 2.0, 0.3,
-                               demo.DemoFit(0.1, True, 0.5, "gap", None), [], rows)
+    summary = demo.DemoSummary(6.84, 0.5, 0.48, 0.3, 4.2, 2.1, "replay", 4.0, 2.0,
+                               (0.02, 0.01, 0.03), demo.DemoFit(0.1, True, 0.5, "gap", None),
+                               [], rows)
     lines = demo.verdict_lines(summary)
     order = [line.split()[1] for line in lines[1:4]]
-    assert order == ["x=4,", "on-policy", "x=4,"] and "(predicted)" in lines[3]
+    assert order == ["x=4,", "on-policy", "x=4,"] and "(advised)" in lines[3]
     assert "not reached in 80" in lines[3]  # never reaching the target is said, not "inf"
-    assert "ranked 3 of 3" in lines[-1] and "not whether the prediction holds" in lines[-1]
+    assert "ranked 3 of 3" in lines[-1] and "not whether the advice holds" in lines[-1]
 
 
 def test_every_printed_number_and_every_drawn_line_is_named(tmp_path, monkeypatch):
     rows = [demo.DemoRun("on-policy", "onp", False, 0.5, 0.5, 150.0, 100.0, 0.45),
             demo.DemoRun("x=4, y=2", "buf", True, 0.6, 0.6, 80.0, 50.0, 0.50)]
-    summary = demo.DemoSummary(6.84, 0.5, 0.54, 0.3, 4.2, 2.1, "replay", 4.0, 2.0, 0.3,
-                               demo.DemoFit(0.1, True, 0.5, "gap", None), [], rows)
+    summary = demo.DemoSummary(6.84, 0.5, 0.54, 0.3, 4.2, 2.1, "replay", 4.0, 2.0,
+                               (0.02, 0.01, 0.03), demo.DemoFit(0.1, True, 0.5, "gap", None),
+                               [], rows, advice_settings=4, advice_run_updates=150,
+                               model_horizon=9.0, model_replay_ratio=3.1, model_saving=0.61)
     text = "\n".join(demo.prediction_lines(summary) + demo.verdict_lines(summary))
     for said in ("mu = 6.84 trainer updates per generated batch", "measured mu = 0.5",
-                 "horizon x* = 4.2 updates (x = N/R", "replay ratio y* = 2.1 (y = B/R",
-                 "trained as x = 4, y = 2", "saving against on-policy: 30%",
+                 "horizon x = 4.2 updates (x = N/R", "replay ratio y = 2.1 (y = B/R",
+                 "trained as x = 4, y = 2",
+                 "the 4 committed grids measured at 150 updates",
+                 "+0.020 mean accuracy against on-policy at equal compute (from +0.010 to +0.030)",
+                 "alone would choose x* = 9 updates, y* = 3.1, predicted compute saving 61%",
                  "target accuracy 0.540: 80% of the way from the warm start (0.300)",
                  "ranking window, the first 80 updates"):
         assert said in text, said
     onp = demo.DemoSummary(**{**asdict(summary), "regime": "on_policy", "runs": rows,
                               "fit": summary.fit})
-    assert "on-policy training (no buffer, x = y = 1) is best" in \
+    assert "advice: on-policy training (no buffer, x = y = 1)" in \
         "\n".join(demo.prediction_lines(onp))
     runs = [_curve_record("onp", {"schedule.mode": "on_policy"}, [0.3, 0.4, 0.5]),
             _curve_record("buf", {"buffer.horizon": 4, "schedule.replay_ratio": 2.0},

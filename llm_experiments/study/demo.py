@@ -8,11 +8,14 @@ about 1 min 10 s to warm-start the tiny model).
    ``llm_experiments predict``) measures sigma(s), rho, the self-correlation c of one
    rollout's uses and the share of a gradient the clip keeps (``replaytheory.fit.calibrate``); its
    process first warm-starts the tiny model (cached, ``models.cache_dir``).
-2. The theory predicts the staleness horizon x* and replay ratio y* for the given mu (default
-   6.84, the paper's Qwen3-0.6B cost ratio; the tiny model's own measured mu is reported too)
-   with the model variant the probes support (theory.md sections 10.7 and 10.11).
-3. The predicted configuration, on-policy training and two neighbours (half and twice the
-   predicted reuse) are trained, two at a time, as a resumable sweep.
+2. The calculator's answer for the given mu (default 6.84, the paper's Qwen3-0.6B cost ratio;
+   the tiny model's own measured mu is reported too) and the run's length: the horizon and
+   replay ratio measured on the committed grids (``replaytheory.advice``, theory.md section
+   13), with the measured gain over on-policy that comes with it. Beside it, the staleness
+   horizon x* and replay ratio y* the calibrated model alone would choose, with the model
+   variant the probes support (sections 10.7, 10.11), and the model's own compute saving.
+3. The advised configuration, on-policy training and two neighbours (half and twice the
+   advised reuse) are trained, two at a time, as a resumable sweep.
 4. ``summary.json`` holds the prediction, the fitted constants and each run's results, and
    ``python -m figures.demo OUT`` (run as a separate process) draws ``demo.png``/``demo.pdf``:
    accuracy against compute with the prediction marked.
@@ -40,6 +43,7 @@ from tqdm import tqdm
 
 from replaytheory import calibrate
 from replaytheory import checks
+from replaytheory.advice import advise
 from replaytheory.stats.analysis import compute_to_target, mean_over_budget
 from replaytheory.cli_input import Parser, integer, output_dir, real
 from replaytheory.io import write_json
@@ -66,7 +70,7 @@ SHOWN_DIGITS = 12
 @dataclass(frozen=True)
 class DemoRun:
     """One compared run. config: its label ("on-policy" or "x=.., y=.."). predicted: whether it
-    is the predicted (x, y). Accuracies in [0, 1]; final: at the last evaluation, tail: mean
+    is the advised (x, y), the calculator's answer. Accuracies in [0, 1]; final: at the last evaluation, tail: mean
     over the last quarter of the steps. compute: trainer updates spent at the summary's mu;
     compute_to_target: to first reach the target accuracy (inf if never). mean_accuracy: mean
     accuracy over compute in [0, C], C the smallest compute any compared run spent (the
@@ -103,23 +107,33 @@ class DemoFit:
 class DemoSummary:
     """What ``summary.json`` holds. mu: the accounting cost ratio (> 0); mu_measured: the tiny
     model's own. target_accuracy: TARGET_SHARE of the way from warm_start_accuracy to the best
-    final accuracy. predicted_horizon / predicted_replay_ratio: x* (steps) and y* of the design
-    (theory.md section 5) in its regime ("replay" or "on_policy"); run_horizon /
-    run_replay_ratio: the runnable cell trained for it; predicted_saving in [0, 1)."""
+    final accuracy. advised_horizon / advised_replay_ratio: the calculator's x (updates) and
+    y (``replaytheory.advice.advise`` at mu and the run's length, theory.md section 13) in
+    its regime ("replay" or "on_policy"); run_horizon / run_replay_ratio: the runnable cell
+    trained for it; advice_gain: its measured AUC minus on-policy's at equal compute (mean,
+    least, largest over the ``advice_settings`` settings measured at
+    ``advice_run_updates`` updates), None without on-policy cells. model_horizon /
+    model_replay_ratio / model_saving: x*, y* and the predicted compute saving of the
+    calibrated model's own design (section 5 or 10), whose horizon is unvalidated."""
 
     mu: float
     mu_measured: float
     target_accuracy: float
     warm_start_accuracy: float
-    predicted_horizon: float
-    predicted_replay_ratio: float
+    advised_horizon: float
+    advised_replay_ratio: float
     regime: str
     run_horizon: float
     run_replay_ratio: float
-    predicted_saving: float
+    advice_gain: tuple | None
     fit: DemoFit
     notes: list[str]
     runs: list[DemoRun]
+    advice_settings: int = 0
+    advice_run_updates: int = 0
+    model_horizon: float = math.nan
+    model_replay_ratio: float = math.nan
+    model_saving: float = math.nan
 
 
 def _runnable(x: float, y: float) -> tuple[float, float]:
@@ -129,7 +143,7 @@ def _runnable(x: float, y: float) -> tuple[float, float]:
 
 
 def _cells(x: float, y: float) -> list[dict]:
-    """The predicted cell, on-policy, and half / twice the predicted reuse."""
+    """The advised cell, on-policy, and half / twice the advised reuse."""
     cells = [{"schedule.mode": "on_policy"}]
     for yy in (y, y / 2, y * 2):
         xx, yy = _runnable(x, yy)
@@ -222,9 +236,9 @@ def run_demo(out: str, mu: float = 6.84, steps: int = 150, workers: int = 2,
         probes = load_probes(_probe_files(cal_dir))
         cal = calibrate(probes, probes.counts)
         design = cal.design(mu)
+        advice = advise(mu, steps)
         bar.update(1)
-    x, y = _runnable(design.horizon, design.replay_ratio) \
-        if design.regime == "replay" else (1.0, 1.0)
+    x, y = (1.0, 1.0) if advice.on_policy else _runnable(advice.horizon, advice.replay_ratio)
     spec = {"config": "cpu_tiny", "set": {**base, "run.steps": steps}, "cells": _cells(x, y)}
     runs_dir = os.path.join(out, "runs")
     with _following(runs_dir, "training runs", steps, len(spec["cells"]), progress):
@@ -233,7 +247,7 @@ def run_demo(out: str, mu: float = 6.84, steps: int = 150, workers: int = 2,
         raise RuntimeError(f"{counts.failed} demo run(s) failed: see {runs_dir}/logs")
     curves = os.path.join(out, "curves.jsonl")
     compact_sweep(runs_dir, curves)
-    summary = _summarise(load_runs(curves), cal, design, mu, (x, y))
+    summary = _summarise(load_runs(curves), cal, design, advice, mu, (x, y))
     write_json(os.path.join(out, "summary.json"), _shown(asdict(summary)))
     _draw(out)
     return summary
@@ -261,7 +275,7 @@ def _label(run) -> str:
     return f"x={run.get('buffer.horizon'):g}, y={run.get('schedule.replay_ratio'):g}"
 
 
-def _summarise(runs, cal, design, mu, xy) -> DemoSummary:
+def _summarise(runs, cal, design, advice, mu, xy) -> DemoSummary:
     """The summary of the compared runs (see ``DemoSummary``)."""
     warm = float(runs[0].eval["eval_accuracy"][0])
     best_final = max(float(r.eval["eval_accuracy"][-1]) for r in runs)
@@ -283,31 +297,52 @@ def _summarise(runs, cal, design, mu, xy) -> DemoSummary:
                   reuse_c=cal.reuse.c if cal.reuse else None,
                   variant=cal.variant_choice.variant if cal.variant_choice else "standard")
     return DemoSummary(mu=mu, mu_measured=cal.mu, target_accuracy=target,
-                       warm_start_accuracy=warm, predicted_horizon=design.horizon,
-                       predicted_replay_ratio=design.replay_ratio, regime=design.regime,
-                       run_horizon=xy[0], run_replay_ratio=xy[1],
-                       predicted_saving=design.predicted_saving, fit=fit,
-                       notes=list(design.notes) + list(cal.notes), runs=rows)
+                       warm_start_accuracy=warm, advised_horizon=advice.horizon,
+                       advised_replay_ratio=advice.replay_ratio,
+                       regime="on_policy" if advice.on_policy else "replay",
+                       run_horizon=xy[0], run_replay_ratio=xy[1], advice_gain=advice.gain,
+                       fit=fit, notes=list(design.notes) + list(cal.notes), runs=rows,
+                       advice_settings=len(advice.evidence),
+                       advice_run_updates=advice.run_updates,
+                       **(_model_design(design) if design.regime == "replay" else {}))
+
+
+def _model_design(design) -> dict:
+    """The calibrated model's own replay design as ``DemoSummary`` fields."""
+    return {"model_horizon": design.horizon, "model_replay_ratio": design.replay_ratio,
+            "model_saving": design.predicted_saving}
 
 
 def prediction_lines(s: DemoSummary) -> list[str]:
-    """The terminal report's first part: every number of the prediction, named in words (what
-    x, y and mu are, which model made it, what was trained, the target accuracy)."""
-    lines = ["What the demo calibrated and predicted:",
+    """The terminal report's first part: every number of the advice, named in words (what x,
+    y and mu are, where the advice comes from, what was trained, the saving that comes with
+    it, what the calibrated model alone would choose, the target accuracy)."""
+    lines = ["What the calculator advised, and what the calibration measured:",
              f"  generation cost mu = {s.mu:g} trainer updates per generated batch (the "
-             f"accounting value; this tiny model's own measured mu = {s.mu_measured:.3g})",
-             f"  model: {s.fit.variant}, the variant the calibration probes support "
-             f"(theory.md section 10.7)"]
+             f"accounting value; this tiny model's own measured mu = {s.mu_measured:.3g})"]
     if s.regime == "replay":
-        lines += [f"  predicted staleness horizon x* = {s.predicted_horizon:.3g} updates (x = N/R: "
+        lines += [f"  advised staleness horizon x = {s.advised_horizon:.3g} updates (x = N/R: "
                   f"the oldest rollout in the buffer was generated x updates ago)",
-                  f"  predicted replay ratio y* = {s.predicted_replay_ratio:.3g} (y = B/R: how "
+                  f"  advised replay ratio y = {s.advised_replay_ratio:.3g} (y = B/R: how "
                   f"many times each rollout is used, on average)",
                   f"  trained as x = {s.run_horizon:g}, y = {s.run_replay_ratio:g}, against "
-                  f"on-policy training (no buffer, x = y = 1) and half and twice that reuse",
-                  f"  predicted compute saving against on-policy: {s.predicted_saving:.0%}"]
+                  f"on-policy training (no buffer, x = y = 1) and half and twice that reuse"]
     else:
-        lines.append("  prediction: on-policy training (no buffer, x = y = 1) is best at this mu")
+        lines.append("  advice: on-policy training (no buffer, x = y = 1) at this mu and run "
+                     "length")
+    where = (f"the {s.advice_settings} committed grids measured at {s.advice_run_updates} "
+             f"updates and the mu nearest (theory.md section 13)")
+    if s.advice_gain is not None:
+        g = s.advice_gain
+        lines.append(f"  measured with it on {where}: {g[0]:+.3f} mean accuracy against "
+                     f"on-policy at equal compute (from {g[1]:+.3f} to {g[2]:+.3f})")
+    else:
+        lines.append(f"  from {where}")
+    model = (f"x* = {s.model_horizon:.3g} updates, y* = {s.model_replay_ratio:.3g}, "
+             f"predicted compute saving {s.model_saving:.0%}" if math.isfinite(s.model_horizon)
+             else "on-policy training")
+    lines.append(f"  the calibrated model ({s.fit.variant}, the variant the probes support, "
+                 f"theory.md 10.7) alone would choose {model}: its horizon is unvalidated")
     share = (s.target_accuracy - s.warm_start_accuracy) / max(
         max(r.final_accuracy for r in s.runs) - s.warm_start_accuracy, 1e-12)
     lines.append(f"  target accuracy {s.target_accuracy:.3f}: {share:.0%} of the way from the "
@@ -330,16 +365,16 @@ def verdict_lines(s: DemoSummary) -> list[str]:
     for i, r in enumerate(ranked, 1):
         reach = f"{r.compute_to_target:.4g}" if math.isfinite(r.compute_to_target) \
             else f"not reached in {r.compute:.4g}"
-        lines.append(f"  {i}. {r.config:>18s}{' (predicted)' if r.predicted else '':12s} "
+        lines.append(f"  {i}. {r.config:>18s}{' (advised)' if r.predicted else '':12s} "
                      f"mean acc {r.mean_accuracy:.3f}  final {r.final_accuracy:.3f}  "
                      f"compute to target: {reach}")
     pred = [i for i, r in enumerate(ranked, 1) if r.predicted]
     where = f"ranked {pred[0]} of {len(ranked)} on that window" if pred \
         else "was not run (on-policy chosen)"
-    lines.append(f"The predicted configuration (model: {s.fit.variant}) {where}. One seed "
-                 f"per run: this shows the pipeline end to end, not whether the prediction "
-                 f"holds (seed noise alone can reorder these runs); the evidence is the "
-                 f"seed-bootstrap sweeps in results/ (docs/findings.md).")
+    lines.append(f"The advised configuration {where}. One seed per run: this shows the "
+                 f"pipeline end to end, not whether the advice holds (seed noise alone can "
+                 f"reorder these runs); the evidence is the seed-bootstrap sweeps in results/ "
+                 f"(docs/findings.md, figures/out/advice.md).")
     return lines
 
 
