@@ -2,9 +2,11 @@
 and share of bf16 peak, peak memory against ``memory.predict_update_memory``, and a
 ``cpu_tiny`` run on the device.
 
-Run: ``python -m benchmarks.gpu`` on a CUDA machine (about 5 minutes on one H200; writes
-``benchmarks/results/gpu.json``), or ``python -m benchmarks.gpu --dry-run --out FILE`` on
-CPU: the same code paths at tiny shapes in seconds (what the tests run).
+Run: ``python -m benchmarks.gpu --force`` on a CUDA machine (about 5 minutes on one H200;
+replaces ``benchmarks/results/gpu.json``), or ``python -m benchmarks.gpu --dry-run --out FILE``
+on CPU: the same code paths at tiny shapes in seconds (what the tests run). ``--out`` is a
+file, checked before any work: a folder is refused, and an existing file too unless
+``--force``.
 
 Workload: random-init Qwen2-shape models in bfloat16 (speed does not depend on the weights;
 the addition char vocabulary), 2-digit addition prompts, B = 256 rows, 128 and 1,024 new
@@ -16,7 +18,7 @@ with a device synchronize; share of peak = 6 P tokens / seconds / ``BF16_PEAK``.
 
 from __future__ import annotations
 
-import argparse
+import os
 import time
 
 import numpy as np
@@ -170,12 +172,17 @@ def main(argv=None) -> dict:
 
     import torch
 
+    from replaytheory.cli_input import Parser, output_file
     from replaytheory.io import write_json
     from benchmarks.common import RESULTS, machine
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser.from_doc("python -m benchmarks.gpu", __doc__)
     p.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU (seconds)")
-    p.add_argument("--out", default=str(RESULTS / "gpu.json"), help="result JSON")
+    p.add_argument("--out", type=output_file, default=str(RESULTS / "gpu.json"),
+                   help="result JSON file (default benchmarks/results/gpu.json)")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
     a = p.parse_args(argv)
+    if os.path.exists(a.out) and not a.force:  # before minutes of work, not after
+        p.error(f"argument --out: {a.out!r} exists; give a new file, or --force to replace it")
     dry = a.dry_run
     if not dry and not torch.cuda.is_available():
         print("error: no CUDA device; run with --dry-run on CPU")

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 from replaytheory.cli_input import Parser, output_dir
 
-from .config import load_config, read_config
+# The harness's own modules need the ``llm`` extra (yaml, torch, transformers); they are
+# imported when a command runs, so that ``--help`` works in the calculator-only install.
+NEEDS_EXTRA = 'the llm_experiments commands need the llm extra: pip install -e ".[llm]"'
 
 
 @dataclass(frozen=True)
@@ -73,11 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in FORWARDED:  # argparse would swallow their options
-        module = FORWARDED[argv[0]].module
-        return importlib.import_module(module, __package__).main(argv[1:])
     parser = build_parser()
+    if argv and argv[0] in FORWARDED:  # argparse would swallow their options
+        try:
+            module = importlib.import_module(FORWARDED[argv[0]].module, __package__)
+        except ModuleNotFoundError as exc:
+            return parser.report(f"{exc.name} is not installed; {NEEDS_EXTRA}")
+        return module.main(argv[1:])
     args = parser.parse_args(argv)
+    try:
+        from .config import load_config, read_config
+        from .engines.experiment import run_experiment
+    except ModuleNotFoundError as exc:
+        return parser.report(f"{exc.name} is not installed; {NEEDS_EXTRA}")
     try:
         saved = os.path.join(args.out, "config.yaml")
         if args.resume and args.config is None and not args.overrides \
@@ -85,7 +95,6 @@ def main(argv=None) -> int:
             cfg = read_config(saved)
         else:
             cfg = load_config(args.config or "cpu_tiny", args.overrides)
-        from .engines.experiment import run_experiment
         summary = run_experiment(cfg, args.out, resume=args.resume, address=args.address)
     except ValueError as exc:
         return parser.report(exc)

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from typing import Callable
 
 from . import checks
@@ -39,6 +40,16 @@ class Parser(argparse.ArgumentParser):
         """Print ``exc`` as this command's one-line error; returns the exit status 2."""
         print(f"{self.prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
+
+    @classmethod
+    def from_doc(cls, prog: str, doc: str) -> "Parser":
+        """A parser whose help shows a module docstring ``doc`` once: its first paragraph,
+        whole (not its first line, which may end mid-sentence), as the description, and the
+        other paragraphs as they are written (lists, commands) after the options."""
+        first, _, rest = doc.strip().partition("\n\n")
+        return cls(prog=prog, description=textwrap.fill(one_line(first), 79),
+                   epilog=rest.strip() or None,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def _argument_type(check: Callable, convert: Callable, name: str) -> Callable[[str], object]:

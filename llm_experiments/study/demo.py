@@ -392,7 +392,7 @@ def _draw(out: str) -> None:
 def main(argv=None) -> int:
     """Command line (see the module docstring); exit status 0, or 2 on bad input or a failed
     run."""
-    p = Parser(prog="llm_experiments demo", description=__doc__.splitlines()[0])
+    p = Parser.from_doc("llm_experiments demo", __doc__)
     p.add_argument("--out", type=output_dir, default="runs/demo",
                    help="output folder (rerun to resume)")
     p.add_argument("--mu", type=real(0.0, lo_open=True), default=6.84,

@@ -714,7 +714,7 @@ def target_tables(s: JudgedSweep, record: dict, to_target) -> list:
 def main(argv=None) -> int:
     """``python -m llm_experiments.study.judge --curves C [C ...] --registration R [--calibration D]
     --out validation.json``: the verdicts, and a table of them on the terminal."""
-    p = Parser(prog="llm_experiments judge", description=__doc__.splitlines()[0])
+    p = Parser.from_doc("llm_experiments judge", __doc__)
     p.add_argument("--curves", type=existing_file, required=True, nargs="+",
                    help="compacted sweep (curves.jsonl); several files are judged as one grid")
     p.add_argument("--registration", type=existing_file, required=True,

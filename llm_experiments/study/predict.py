@@ -20,7 +20,6 @@ Default budget: two calibration runs of 40 steps on ``cpu_tiny`` probed every 4 
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
@@ -240,8 +239,7 @@ def _overrides(texts) -> dict:
 
 
 def _parser() -> Parser:
-    p = Parser(prog="llm_experiments predict", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = Parser.from_doc("llm_experiments predict", __doc__)
     p.add_argument("--config", default="cpu_tiny", help="shipped config name or YAML path; "
                    "with --from, used only for a registration that names no config of its own")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

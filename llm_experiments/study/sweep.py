@@ -565,7 +565,7 @@ def run_sweep(spec: dict, out_dir: str, *, workers: int = 1, env: dict | None = 
 
 def main(argv=None) -> int:
     """Command line entry: ``sweep --spec SPEC.yaml --out DIR [--workers K]``."""
-    p = Parser(prog="llm_experiments sweep", description=__doc__.splitlines()[0])
+    p = Parser.from_doc("llm_experiments sweep", __doc__)
     p.add_argument("--spec", required=True, help="sweep spec (YAML)")
     p.add_argument("--out", type=output_dir, required=True,
                    help="sweep folder (created; rerun to continue)")

@@ -22,7 +22,6 @@ about 2 hours on 2 cores; ``--seeds 2`` halves it. More seeds later: rerun with 
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 
@@ -97,8 +96,7 @@ def validation_name(prediction_path: str) -> str:
 
 
 def main(argv=None) -> int:
-    p = Parser(prog="llm_experiments verify", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = Parser.from_doc("llm_experiments verify", __doc__)
     p.add_argument("--prediction", type=existing_file, required=True,
                    help="prediction.json written by predict")
     p.add_argument("--out", type=output_dir, required=True, help="folder for runs/, "

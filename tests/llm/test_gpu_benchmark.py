@@ -10,7 +10,8 @@ import torch
 def test_gpu_benchmark_dry_run(tmp_path):
     from benchmarks.gpu import main
     out = tmp_path / "gpu.json"
-    main(["--dry-run", "--out", str(out)])
+    out.write_text("an earlier result")
+    main(["--dry-run", "--out", str(out), "--force"])
     r = json.loads(out.read_text())
     assert r["dry_run"] and r["device"] == "cpu"
     assert {(s["contender"], s["new_tokens"]) for s in r["samplers"]} == {
@@ -35,3 +36,21 @@ def test_gpu_update_peak_matches_prediction_on_cuda():
                             device, "bfloat16", 160)
     row = update_row("small", model, tok, cfg, 64, 128, device)
     assert row["peak_gb_measured"] == pytest.approx(row["peak_gb_predicted"], rel=0.25)
+
+
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_an_existing_out_is_refused_in_one_line_before_any_work(kind, tmp_path, monkeypatch,
+                                                                capsys):
+    """Issue 38: ``--out DIR`` did all the work, then ended in an IsADirectoryError
+    traceback; ``--out FILE`` replaced the file without a word. Both are refused at once
+    (``--force`` replaces a file: the dry run's test)."""
+    import benchmarks.gpu as gpu
+    monkeypatch.setattr(gpu, "build", lambda *a, **k: pytest.fail("measured before refusing"))
+    out = tmp_path / "gpu.json"
+    out.mkdir() if kind == "folder" else out.write_text("kept")
+    with pytest.raises(SystemExit) as stopped:
+        gpu.main(["--dry-run", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and len(err.splitlines()) == 1
+    assert ("is a folder" if kind == "folder" else "exists; give a new file, or --force") in err
+    assert out.is_dir() if kind == "folder" else out.read_text() == "kept"
