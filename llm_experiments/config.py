@@ -448,6 +448,11 @@ class BufferConfig(_Section):
     function of t alone, so checkpoints need nothing new. g > 0 needs the plain FIFO drawing
     with replacement (``replaytheory.buffer.check_growth``) and ``schedule.mode=sync`` with
     at least one group made per step (``check_resolved``).
+    drop_logr2: the adaptive horizon (theory.md section 12.4), in nats^2, >= 0; 0 = off.
+    After each update, every rollout of its batch whose mean (log r)^2 over its tokens at
+    the update's weights exceeded it is evicted, whatever its age (``capacity`` still bounds
+    what is held). Needs ``schedule.mode=sync`` on the emulated engine, a loss with an
+    importance ratio, and drawing with replacement (``check_resolved``).
     """
 
     SECTION: ClassVar[str] = "buffer"
@@ -457,6 +462,7 @@ class BufferConfig(_Section):
     lifo: bool = _flag(False)
     horizon: float = _real(0.0, 1.0, or_value=0.0)  # x < 1: less than one step's rollouts
     horizon_growth: float = _real(0.0, 0.0, 1.0)
+    drop_logr2: float = _real(0.0, 0.0)
 
     def check(self) -> None:
         """The LIFO queue replays nothing, so it has no positive part; a growing horizon
@@ -754,6 +760,8 @@ def check_resolved(cfg: Config) -> None:
             _check_ray_lifo(cfg)
     if b.horizon_growth > 0:
         _check_growing_horizon(cfg)
+    if b.drop_logr2 > 0:
+        _check_adaptive_horizon(cfg)
     s, loss = cfg.sampler, cfg.trainer.loss
     if s.top_p < 1 and loss in RATIO_LOSSES:
         raise ValueError(f"sampler.top_p ({s.top_p:g}) must be 1 with trainer.loss={loss}: "
@@ -789,6 +797,22 @@ def _check_group_draws(cfg: Config, shards: int) -> None:
                              f"buffer.sampling={b.sampling}: {why}; e.g. "
                              f"{max(whole, value - value % whole)} or "
                              f"{value - value % whole + whole}")
+
+
+def _check_adaptive_horizon(cfg: Config) -> None:
+    """buffer.drop_logr2 > 0 evicts after the update, in the emulated synchronous loop, with a
+    ratio to measure and draws that never need more than what is left."""
+    sc, b = cfg.schedule, cfg.buffer
+    d = f"buffer.drop_logr2 ({b.drop_logr2:g})"
+    if sc.mode != "sync" or sc.engine != "emulated":
+        raise ValueError(f"{d} needs schedule.mode=sync on schedule.engine=emulated; got "
+                         f"schedule.mode={sc.mode}, schedule.engine={sc.engine}")
+    if cfg.trainer.loss not in RATIO_LOSSES:
+        raise ValueError(f"{d} needs a trainer.loss with an importance ratio, one of "
+                         f"{list(RATIO_LOSSES)}; got trainer.loss={cfg.trainer.loss}")
+    if b.sampling != "with_replacement" or b.lifo:
+        raise ValueError(f"{d} needs buffer.sampling=with_replacement and buffer.lifo=false "
+                         f"(an eviction must never leave too few rollouts for a batch)")
 
 
 def _check_growing_horizon(cfg: Config) -> None:

@@ -313,6 +313,15 @@ class ReplayIndex:
         self._leave(gone)
         return gone
 
+    def drop(self, ids) -> np.ndarray:
+        """Evict the held ``ids`` now, whatever their age (the adaptive horizon drops
+        rollouts whose staleness statistic passed its threshold); returns those that were
+        held. Their use counts are kept as final."""
+        gone = [ring.discard(ids) for sh in self._shards for ring in (sh.recent, sh.positives)]
+        gone = np.concatenate(gone) if gone else np.zeros(0, dtype=np.int64)
+        self._leave(gone)
+        return gone
+
     def sample(self, batch_size: int, step: int, rng: np.random.Generator,
                shard: int = 0) -> np.ndarray:
         """Draw a batch of ids for trainer step ``step`` and record each use (with a growing

@@ -152,6 +152,17 @@ class IntRing:
         self._n -= 1
         return int(self._buf[(self._head + self._n) % self._buf.size])
 
+    def discard(self, values) -> np.ndarray:
+        """Remove every held value found in ``values`` (order of the rest kept); returns the
+        values removed."""
+        held = self.array()
+        gone = np.isin(held, np.asarray(values, dtype=np.int64))
+        if gone.any():
+            kept = held[~gone]
+            self._buf[:kept.size] = kept
+            self._head, self._n = 0, kept.size
+        return held[gone]
+
     def array(self) -> np.ndarray:
         """The values left to right (a copy)."""
         end = self._head + self._n

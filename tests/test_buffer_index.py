@@ -333,3 +333,24 @@ def test_growth_needs_insertions_in_step_order():
     b.add([0, 1], generation_step=3, insert_step=3)
     with pytest.raises(ValueError, match="insert_step must not decrease with horizon_growth"):
         b.add([2], generation_step=2, insert_step=2)
+
+
+def test_drop_evicts_held_ids_now_and_keeps_the_rest_in_order():
+    """The adaptive horizon's eviction (theory.md 12.4): dropped ids leave at once, with
+    their use counts final; the FIFO order of the rest is kept, so the oldest still goes
+    first; ids not held are ignored; a positive kept by delta can be dropped too."""
+    idx = ReplayIndex(6)
+    idx.add(np.arange(6), generation_step=0, insert_step=0)
+    idx.sample(4, 1, np.random.default_rng(0))
+    uses = dict(zip(idx.items().tolist(), idx.metadata(idx.items())["uses"].tolist()))
+    gone = idx.drop([2, 3, 99])
+    assert sorted(gone.tolist()) == [2, 3] and set(idx.items().tolist()) == {0, 1, 4, 5}
+    assert sorted(idx.replay_ratios(include_live=False).tolist()) == \
+        sorted([uses[2], uses[3]])
+    assert idx.add([6, 7], generation_step=1, insert_step=1).size == 0  # room for both
+    assert idx.add([8], generation_step=2, insert_step=2).tolist() == [0]  # the oldest
+    assert idx.drop([]).size == 0
+    biased = ReplayIndex(4, delta=0.5)
+    biased.add(np.arange(6), 0, 0, positive=np.array([1, 0, 0, 0, 0, 0], bool))
+    assert 0 in biased.items() and biased.drop([0]).tolist() == [0]
+    assert 0 not in biased.items()

@@ -230,6 +230,10 @@ class Experiment(PolicyTrainer):
         stats = self.train_step(drawn.batch, keep_grad=probing)
         if probing:
             self.prober.add_minibatch(t, stats.pop("grad"))
+        if "row_logr2" in stats:  # the adaptive horizon (buffer.drop_logr2)
+            over = stats.pop("row_logr2") > self.cfg.buffer.drop_logr2
+            stats["dropped"] = self.buffer.drop([r.item_id for r, o in
+                                                 zip(drawn.batch, over) if o])
         self.step = t + 1
         self._prune_snapshots()
         return stats, drawn.new, drawn.batch

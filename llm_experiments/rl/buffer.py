@@ -245,6 +245,13 @@ class RolloutBuffer:
             self._rows.delete(ids)
         return batch
 
+    def drop(self, ids) -> int:
+        """Evict the held rollouts ``ids`` now (``ReplayIndex.drop``); returns how many were
+        held."""
+        gone = self.index.drop(ids)
+        self._rows.delete(gone)
+        return int(gone.size)
+
     def nbytes(self) -> int:
         """Bytes of the payload storage (columns and arenas, slack included)."""
         return self._rows.nbytes() + self._tokens.data.nbytes + self._logprobs.data.nbytes

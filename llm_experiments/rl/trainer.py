@@ -52,6 +52,14 @@ def loss_kwargs(cfg: Config) -> dict:
             "max_new_tokens": cfg.sampler.max_new_tokens}
 
 
+def row_logr2(logp, batch) -> np.ndarray:
+    """Each rollout's mean (log r)^2 over its completion tokens (n,), nats^2, at the weights
+    ``logp`` (n, L) was computed with: the adaptive horizon's statistic (theory.md 12.4)."""
+    m = batch.mask.double()
+    sq = ((logp.detach().double() - batch.old_logp.double()) ** 2) * m
+    return (sq.sum(-1) / m.sum(-1).clamp(min=1)).cpu().numpy()
+
+
 def head_grad_norm(model) -> float | None:
     """Norm of the output layer's gradient before clipping (DGG: it spikes before a
     collapse), or None when the model has no ``lm_head`` with a gradient. With tied
@@ -145,8 +153,11 @@ class PolicyTrainer:
         if tr.per_sample_clip:
             self._per_sample_clipped_grad(batch)
         self.reduce_gradients()
-        stats = loss_stats(torch.cat(logps), torch.cat(ents), batch, tr.clip_low, tr.clip_high,
+        logp = torch.cat(logps)
+        stats = loss_stats(logp, torch.cat(ents), batch, tr.clip_low, tr.clip_high,
                            loss_kwargs=self.loss_kwargs, terms=terms)
+        if self.cfg.buffer.drop_logr2 > 0:
+            stats["row_logr2"] = row_logr2(logp, batch)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if keep_grad:
             stats["grad"] = flat_grad(self.model)

@@ -38,3 +38,31 @@ def test_micro_batches_train_as_the_whole_batch_under_m2po(tmp_path):
             assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-6)
             assert b["acted_pos"] == a["acted_pos"] and b["logr2_kept"] == pytest.approx(
                 a["logr2_kept"], rel=1e-4)
+
+
+def test_the_adaptive_horizon_drops_rollouts_past_its_threshold(tmp_path):
+    """buffer.drop_logr2 (theory.md 12.4): a threshold below every stale rollout's mean
+    (log r)^2 drops what was trained on, so the buffer holds fewer rollouts than the fixed
+    horizon's, and the run logs how many left."""
+    common = ["run.steps=6", "schedule.mode=sync", "schedule.replay_ratio=2",
+              "buffer.horizon=16", "probe.every=0", "eval.every=6"]
+    _, fixed = run_small(tmp_path / "fixed", *common)
+    _, adaptive = run_small(tmp_path / "adaptive", *common, "buffer.drop_logr2=1e-9")
+    trained = [r for r in adaptive if r.get("dropped") is not None]
+    assert len(trained) == 6 and sum(r["dropped"] for r in trained) > 0
+    held = [[r["buffer_occupancy"] for r in run if r.get("buffer_occupancy") is not None][-1]
+            for run in (adaptive, fixed)]
+    assert held[0] < held[1]
+    assert all("dropped" not in r for r in fixed)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["schedule.mode=on_policy"], "schedule.mode=sync on schedule.engine=emulated"),
+    (["schedule.mode=sync", "trainer.loss=asymre"], "importance ratio"),
+    (["schedule.mode=sync", "buffer.sampling=without_replacement"], "with_replacement"),
+    (["buffer.drop_logr2=-1"], "buffer.drop_logr2 must be")])
+def test_the_adaptive_horizon_refuses_what_it_cannot_do(overrides, match):
+    from llm_helpers import small_config
+    with pytest.raises(ValueError, match=match) as err:
+        small_config("buffer.drop_logr2=0.1", *overrides)
+    assert "\n" not in str(err.value)
