@@ -95,6 +95,20 @@ def load_evidence(path: str | Path = EVIDENCE_PATH) -> list[Evidence]:
 
 
 @dataclass(frozen=True)
+class Spread:
+    """A quantity over the kept settings: its mean, least and largest value."""
+
+    mean: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values) -> "Spread":
+        v = np.asarray(values, float)
+        return cls(float(v.mean()), float(v.min()), float(v.max()))
+
+
+@dataclass(frozen=True)
 class BandMember:
     """A candidate within the band: x, y and its regret over the kept settings (mean, least,
     largest)."""
@@ -116,8 +130,8 @@ class Advice:
     rule_regret, on_policy_regret: mean regret over the kept settings of the advice, the rule
     and on-policy (None without on-policy cells). dominates: whether the advice's regret is
     at most min(rule's, on-policy's) in every kept setting. gain: the advice's AUC minus
-    on-policy's, (mean, least, largest) over the kept settings (accuracy points, at equal
-    compute at the matched mu; None without on-policy cells). evidence: the settings kept;
+    on-policy's over the kept settings (a ``Spread``, accuracy points, at equal compute at
+    the matched mu; None without on-policy cells). evidence: the settings kept;
     run_updates, mu: where they were matched. provenance: where each part comes from.
     """
 
@@ -130,7 +144,7 @@ class Advice:
     rule_regret: float
     on_policy_regret: float | None
     dominates: bool
-    gain: tuple[float, float, float] | None
+    gain: Spread | None
     evidence: tuple[str, ...]
     run_updates: int
     mu: float
@@ -155,8 +169,9 @@ class Advice:
                 "per_device_train_batch_size": r, "steps_per_generation": 1}
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k != "band"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("band", "gain")}
         d["band"] = [b.__dict__ for b in self.band]
+        d["gain"] = None if self.gain is None else self.gain.__dict__
         d["evidence"] = list(self.evidence)
         return d
 
@@ -228,7 +243,7 @@ def advise(mu: float, run_updates: int | None = None, *, evidence: list[Evidence
         regret=float(reg.mean()), rule_regret=float(rule.mean()),
         on_policy_regret=float(np.mean([e.regret()[e.on_policy()] for e in ons]))
         if ons else None, dominates=dominates,
-        gain=(float(gains.mean()), float(gains.min()), float(gains.max())) if ons else None,
+        gain=Spread.of(gains) if ons else None,
         evidence=tuple(e.setting for e in kept), run_updates=kept[0].run_updates,
         mu=float(np.median([e.mu for e in kept])),
         provenance={"loss": "measured: the clip pays for itself (theory.md 11.19); the "

@@ -743,8 +743,8 @@ def _explain(rec: ReplayRecommendation, req: _Request) -> str:
                f"predicted {100 * -saving:.0f}% more compute than on-policy")
     if rec.advice is not None and rec.advice.gain is not None:
         g = rec.advice.gain
-        verdict = (f"measured: {g[0]:+.3f} AUC against on-policy at equal compute "
-                   f"(from {g[1]:+.3f} to {g[2]:+.3f} over {len(rec.advice.evidence)} "
+        verdict = (f"measured: {g.mean:+.3f} AUC against on-policy at equal compute "
+                   f"(from {g.low:+.3f} to {g.high:+.3f} over {len(rec.advice.evidence)} "
                    f"settings; the model's own figure at these integers, {verdict}, comes "
                    f"from the horizon term the measurements contradict)")
     return (f"{head} Keep a FIFO buffer of the last {rec.buffer_size} rollouts "

@@ -10,6 +10,8 @@ from dataclasses import asdict
 
 import pytest
 
+from replaytheory.advice import Spread
+
 from llm_experiments.study import demo
 
 EVAL_STEPS = [0, 4, 8]
@@ -29,7 +31,7 @@ def test_the_figure_is_drawn_from_the_saved_results_in_its_own_process(tmp_path,
     rows = [demo.DemoRun("on-policy", "onp", False, 0.5, 0.5, 150.0, 100.0),
             demo.DemoRun("x=4, y=2", "buf", True, 0.6, 0.6, 80.0, 50.0)]
     summary = demo.DemoSummary(6.84, 0.5, 0.48, 0.3, 4.2, 2.1, "replay", 4.0, 2.0,
-                               (0.02, 0.01, 0.03), demo.DemoFit(0.1, True, 0.5, "gap", None),
+                               Spread(0.02, 0.01, 0.03), demo.DemoFit(0.1, True, 0.5, "gap", None),
                                [], rows)
     (tmp_path / "summary.json").write_text(json.dumps(asdict(summary)))
     demo._draw(str(tmp_path))
@@ -120,7 +122,7 @@ def test_the_terminal_report_ranks_the_runs_and_names_the_prediction():
             demo.DemoRun("x=4, y=2", "pred", True, 0.6, 0.6, 80.0, math.inf, 0.40),
             demo.DemoRun("x=4, y=4", "twice", False, 0.6, 0.6, 60.0, 50.0, 0.50)]
     summary = demo.DemoSummary(6.84, 0.5, 0.48, 0.3, 4.2, 2.1, "replay", 4.0, 2.0,
-                               (0.02, 0.01, 0.03), demo.DemoFit(0.1, True, 0.5, "gap", None),
+                               Spread(0.02, 0.01, 0.03), demo.DemoFit(0.1, True, 0.5, "gap", None),
                                [], rows)
     lines = demo.verdict_lines(summary)
     order = [line.split()[1] for line in lines[1:4]]
@@ -133,7 +135,7 @@ def test_every_printed_number_and_every_drawn_line_is_named(tmp_path, monkeypatc
     rows = [demo.DemoRun("on-policy", "onp", False, 0.5, 0.5, 150.0, 100.0, 0.45),
             demo.DemoRun("x=4, y=2", "buf", True, 0.6, 0.6, 80.0, 50.0, 0.50)]
     summary = demo.DemoSummary(6.84, 0.5, 0.54, 0.3, 4.2, 2.1, "replay", 4.0, 2.0,
-                               (0.02, 0.01, 0.03), demo.DemoFit(0.1, True, 0.5, "gap", None),
+                               Spread(0.02, 0.01, 0.03), demo.DemoFit(0.1, True, 0.5, "gap", None),
                                [], rows, advice_settings=4, advice_run_updates=150,
                                model_horizon=9.0, model_replay_ratio=3.1, model_saving=0.61)
     text = "\n".join(demo.prediction_lines(summary) + demo.verdict_lines(summary))
@@ -147,7 +149,7 @@ def test_every_printed_number_and_every_drawn_line_is_named(tmp_path, monkeypatc
                  "ranking window, the first 80 updates"):
         assert said in text, said
     onp = demo.DemoSummary(**{**asdict(summary), "regime": "on_policy", "runs": rows,
-                              "fit": summary.fit})
+                              "fit": summary.fit, "advice_gain": summary.advice_gain})
     assert "advice: on-policy training (no buffer, x = y = 1)" in \
         "\n".join(demo.prediction_lines(onp))
     runs = [_curve_record("onp", {"schedule.mode": "on_policy"}, [0.3, 0.4, 0.5]),

@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from replaytheory import calibrate
 from replaytheory import checks
-from replaytheory.advice import advise
+from replaytheory.advice import Spread, advise
 from replaytheory.stats.analysis import compute_to_target, mean_over_budget
 from replaytheory.cli_input import Parser, integer, output_dir, real
 from replaytheory.io import write_json
@@ -110,9 +110,9 @@ class DemoSummary:
     final accuracy. advised_horizon / advised_replay_ratio: the calculator's x (updates) and
     y (``replaytheory.advice.advise`` at mu and the run's length, theory.md section 13) in
     its regime ("replay" or "on_policy"); run_horizon / run_replay_ratio: the runnable cell
-    trained for it; advice_gain: its measured AUC minus on-policy's at equal compute (mean,
-    least, largest over the ``advice_settings`` settings measured at
-    ``advice_run_updates`` updates), None without on-policy cells. model_horizon /
+    trained for it; advice_gain: its measured AUC minus on-policy's at equal compute over
+    the ``advice_settings`` settings measured at ``advice_run_updates`` updates (an
+    ``advice.Spread``), None without on-policy cells. model_horizon /
     model_replay_ratio / model_saving: x*, y* and the predicted compute saving of the
     calibrated model's own design (section 5 or 10), whose horizon is unvalidated."""
 
@@ -125,7 +125,7 @@ class DemoSummary:
     regime: str
     run_horizon: float
     run_replay_ratio: float
-    advice_gain: tuple | None
+    advice_gain: Spread | None
     fit: DemoFit
     notes: list[str]
     runs: list[DemoRun]
@@ -334,8 +334,8 @@ def prediction_lines(s: DemoSummary) -> list[str]:
              f"updates and the mu nearest (theory.md section 13)")
     if s.advice_gain is not None:
         g = s.advice_gain
-        lines.append(f"  measured with it on {where}: {g[0]:+.3f} mean accuracy against "
-                     f"on-policy at equal compute (from {g[1]:+.3f} to {g[2]:+.3f})")
+        lines.append(f"  measured with it on {where}: {g.mean:+.3f} mean accuracy against "
+                     f"on-policy at equal compute (from {g.low:+.3f} to {g.high:+.3f})")
     else:
         lines.append(f"  from {where}")
     model = (f"x* = {s.model_horizon:.3g} updates, y* = {s.model_replay_ratio:.3g}, "
