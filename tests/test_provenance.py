@@ -48,14 +48,44 @@ def test_registration_before_the_runs_passes(repo):
     assert main(["--root", str(repo)]) == 0
 
 
-def test_registration_after_the_runs_fails(repo):
+def test_registration_after_the_runs_but_before_the_verdict_passes_saying_so(repo, capsys):
+    """Issue 38: the window predictions, registered after the curves they score and before
+    their verdicts, made the README's check exit 1 with no summary. They pass, and the
+    summary says what they preceded: the verdict, not the runs."""
     _commit(repo, {"results/s/curves.jsonl": CURVES}, "runs")
     _commit(repo, {"results/s/prediction.json": REG}, "register late")
     _commit(repo, {"results/s/interim/validation.json": _validation(REG)}, "judge")
     p = check(str(repo), "results/s/interim/validation.json")
-    assert p.status == "registered after the runs"
+    assert p.status == "registered after the runs, before the verdict"
     assert [c.path for c in p.curves] == [os.path.join("results", "s", "curves.jsonl")]
+    assert main(["--root", str(repo)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3:] == [
+        "1 validations:",
+        "    1 pass  registered after its runs but before its verdict: a prediction made "
+        "after the curves existed, not a blind test",
+        "passed: every checked registration precedes its verdict (the lines above say which "
+        "also precede their runs)"]
+
+
+def test_registration_after_the_verdict_fails(repo, capsys):
+    _commit(repo, {"results/s/curves.jsonl": CURVES}, "runs")
+    _commit(repo, {"results/s/validation.json": _validation(REG)}, "judge")
+    _commit(repo, {"results/s/prediction.json": REG}, "register after the verdict")
+    assert check(str(repo), "results/s/validation.json").status == "registered after the runs"
     assert main(["--root", str(repo)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "FAILED: 1 validation(s) above marked FAIL"
+
+
+def test_a_registration_outside_the_repository_is_unchecked(repo):
+    """A development check judged against a registration in /tmp: nothing to order."""
+    rec = [{"registration": {"path": "../../tmp/dev/prediction.json", "sha256": "0" * 64}}]
+    _commit(repo, {"results/s/curves.jsonl": CURVES,
+                   "results/s/validation.json": json.dumps(rec)}, "dev check")
+    assert check(str(repo), "results/s/validation.json").status == \
+        "registration outside the repository"
+    assert main(["--root", str(repo)]) == 0
 
 
 def test_a_registration_edited_after_the_runs_matches_no_earlier_commit(repo):
@@ -86,8 +116,9 @@ def test_a_registration_in_the_same_commit_as_the_runs_shows_no_order(repo):
 
 
 def test_each_judged_curves_file_is_ordered_and_the_worst_decides(repo):
-    """A grid judged with its extension: registered between the two, it passes for the
-    extension's runs only, and the validation is flagged."""
+    """A grid judged with its extension: registered between the two, it precedes the
+    extension's runs, and the main grid's only through its verdict; the validation says
+    the latter."""
     _commit(repo, {"results/s/curves.jsonl": CURVES}, "main grid's runs")
     _commit(repo, {"results/s/prediction.json": REG}, "register")
     _commit(repo, {"results/s/curves_ext.jsonl": CURVES}, "extension's runs")
@@ -95,9 +126,9 @@ def test_each_judged_curves_file_is_ordered_and_the_worst_decides(repo):
     _commit(repo, {"results/s/validation.json": _validation(REG, both)}, "judge")
     p = check(str(repo), "results/s/validation.json")
     assert [(c.path, c.status) for c in p.curves] == [
-        ("results/s/curves.jsonl", "registered after the runs"),
+        ("results/s/curves.jsonl", "registered after the runs, before the verdict"),
         ("results/s/curves_ext.jsonl", "ok")]
-    assert p.status == "registered after the runs"
+    assert p.status == "registered after the runs, before the verdict"
     _commit(repo, {"results/s/validation.json": _validation(REG, both[1:])}, "judge ext only")
     assert check(str(repo), "results/s/validation.json").status == "ok"
 

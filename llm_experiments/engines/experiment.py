@@ -277,7 +277,9 @@ def run_experiment(cfg: Config, out_dir: str, resume: bool = False,
     engine (None = ``$RAY_ADDRESS``, else a local one).
 
     ``out_dir`` must not exist (or be empty) unless ``resume``; with ``resume`` it must hold
-    the config.yaml of an earlier run, equal to ``cfg``.
+    the config.yaml of an earlier run, equal to ``cfg``. A new run that fails with an error
+    before its first checkpoint leaves ``out_dir`` as it found it (absent or empty): nothing
+    there could be resumed, and a half-made folder would block a plain rerun.
     """
     from ..config import differences, read_config
     cfg_path = os.path.join(out_dir, "config.yaml")
@@ -292,11 +294,32 @@ def run_experiment(cfg: Config, out_dir: str, resume: bool = False,
     elif os.path.exists(out_dir) and os.listdir(out_dir):
         raise ValueError(f"output folder {out_dir!r} exists and is not empty; pass --resume to "
                          f"continue it or choose another --out")
+    existed = os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     save_config(cfg, cfg_path)
-    if cfg.schedule.engine == "ray":
-        from .ray_engine import RayRun
-        return RayRun(cfg, out_dir, address).run(resume=resume)
-    if address is not None:
-        raise ValueError("--address needs schedule.engine=ray")
-    return Experiment(cfg, out_dir).run(resume=resume)
+    try:
+        if cfg.schedule.engine == "ray":
+            from .ray_engine import RayRun
+            return RayRun(cfg, out_dir, address).run(resume=resume)
+        if address is not None:
+            raise ValueError("--address needs schedule.engine=ray")
+        return Experiment(cfg, out_dir).run(resume=resume)
+    except Exception:
+        # Errors only: an interrupted run (KeyboardInterrupt, a sweep's signal) keeps its
+        # folder for --resume.
+        if not resume and not os.path.exists(os.path.join(out_dir, "checkpoint",
+                                                          checkpoint.FILE)):
+            _empty(out_dir, remove=not existed)
+        raise
+
+
+def _empty(folder: str, remove: bool) -> None:
+    """Delete what ``folder`` holds, and the folder itself when ``remove``."""
+    import shutil
+    if remove:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
+            else os.remove(path)

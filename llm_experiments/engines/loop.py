@@ -167,9 +167,11 @@ def fill_and_draw(production, buffer, step: int, produce: Callable[[int, int], l
                   books: RunBooks, before_draw: Callable[[], None] | None = None) -> Drawn:
     """Steps produce -> add -> draw of trainer step ``step`` in one process: the step's
     rollouts made by ``produce(n_groups, version)`` and added to ``buffer``
-    (``schedule.Production.fill``), then ``before_draw()`` (the probes read the buffer here),
-    then a batch of B drawn with ``rng`` and counted as consumed."""
+    (``schedule.Production.fill``), then ``before_draw()`` (the probes read the buffer here,
+    after the rollouts a growing horizon expires at this step are gone: the draw will not
+    see them either), then a batch of B drawn with ``rng`` and counted as consumed."""
     new = production.fill(buffer, step, produce)
+    buffer.expire(step)
     if before_draw is not None:
         before_draw()
     batch = buffer.sample(production.batch_size, step, rng)

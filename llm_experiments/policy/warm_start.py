@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..config import Config
 
@@ -49,7 +50,16 @@ def warm_start(model, tokenizer, task, cfg: Config) -> int:
     Loss: cross-entropy of the answer tokens (and end-of-sequence) given the prompt. With
     ``model.warm_start_target`` > 0, stops at the first check (every 2 steps) where greedy
     accuracy on 512 fixed training problems reaches the target. Returns the steps taken.
+    With ``run.progress`` a bar shows the steps on stderr: the first run of a config on a
+    machine spends about a minute here, before the run's own bar appears.
     """
+    with tqdm(total=cfg.model.warm_start_steps, disable=not cfg.run.progress,
+              desc="warm start (once per config, then cached)", dynamic_ncols=True) as bar:
+        return _train(model, tokenizer, task, cfg, bar)
+
+
+def _train(model, tokenizer, task, cfg: Config, bar) -> int:
+    """``warm_start``'s steps, each counted on ``bar``."""
     m = cfg.model
     rng = np.random.default_rng(m.warm_start_seed)
     check_ids, check_mask = _sft_batch(tokenizer, task.sample_train(512, rng), m.max_len)
@@ -57,9 +67,11 @@ def warm_start(model, tokenizer, task, cfg: Config) -> int:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / max(1, m.warm_start_warmup)))
     for step in range(m.warm_start_steps):
-        if m.warm_start_target > 0 and step % 2 == 0 and \
-                _exact_match(model, tokenizer, check_ids, check_mask) >= m.warm_start_target:
-            return step
+        if m.warm_start_target > 0 and step % 2 == 0:
+            accuracy = _exact_match(model, tokenizer, check_ids, check_mask)
+            bar.set_postfix(accuracy=f"{accuracy:.3f}", target=m.warm_start_target)
+            if accuracy >= m.warm_start_target:
+                return step
         model.train()
         ids, mask = _sft_batch(tokenizer, task.sample_train(m.warm_start_batch, rng), m.max_len)
         logits = model(input_ids=ids).logits[:, :-1].float()
@@ -70,4 +82,5 @@ def warm_start(model, tokenizer, task, cfg: Config) -> int:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        bar.update(1)
     return m.warm_start_steps

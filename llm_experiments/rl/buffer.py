@@ -222,10 +222,16 @@ class RolloutBuffer:
         per = batch_size // self.index.shards
         return all(self.index.can_sample(per, k) for k in range(self.index.shards))
 
+    def expire(self, step: int) -> None:
+        """With a growing horizon, drop the rollouts outside trainer step ``step``'s window
+        (``ReplayIndex.expire``; nothing when off). ``sample`` does it first; calling it
+        earlier in the step (before the probes read the buffer) changes no draw."""
+        self._rows.delete(self.index.expire(step))
+
     def sample(self, batch_size: int, step: int, rng: np.random.Generator) -> list[Rollout]:
         """Draw batch_size rollouts (batch_size / T per shard; whole groups with a group
         sampling mode) for trainer step ``step``."""
-        self._rows.delete(self.index.expire(step))
+        self.expire(step)
         per = batch_size // self.index.shards
         ids = np.concatenate([self.index.sample(per, step, rng, shard=k)
                               for k in range(self.index.shards)])
@@ -238,7 +244,7 @@ class RolloutBuffer:
                      shard: int) -> list[Rollout]:
         """Draw ``n`` rollouts from ``shard`` alone for trainer step ``step`` (one trainer's
         part of the batch when the trainers are separate processes)."""
-        self._rows.delete(self.index.expire(step))
+        self.expire(step)
         ids = self.index.sample(n, step, rng, shard=shard)
         batch = self._rollouts(ids)
         if self.index.lifo:

@@ -15,8 +15,10 @@ or address from token to token or from call to call:
   the peak, ~64 GB at 256 x 1,100 columns of a Qwen3-0.6B shape in bf16);
 * a call of n prompts runs ``row_bucket(n)`` rows (the next power of two), the extra rows
   copies of the last prompt whose outputs are dropped, as finished rows' are: at most
-  log2 of the largest call's row count + 1 row counts, so few graphs. Prompts are
-  left-padded to the cache's width (a multiple of ``WIDTH_BLOCK``);
+  log2 of the largest call's row count + 1 row counts, so few graphs. A call's prompts are
+  left-padded to their own width rounded up to ``WIDTH_BLOCK`` (not the widest call's:
+  short prompts after a long one attend to no extra padding), its new tokens in the columns
+  after it;
 * a step writes its keys/values at a column held in a device tensor and attends to the
   first ``span`` columns, ``span`` the step's column rounded up to ``SPAN_BLOCK``, with
   columns not yet written masked out: one graph per (rows, span), not per token;
@@ -91,14 +93,14 @@ class GraphedDecoder:
         need = (rows, _round_up(w, WIDTH_BLOCK), max_new)
         if any(a > b for a, b in zip(need, old)):
             self._allocate(*(max(a, b) for a, b in zip(need, old)), device)
-        width, new = self.shape[1], self.shape[2]
-        self.rows = n
+        self.rows, self.width = n, need[1]
         padded = list(prompts) + [prompts[-1]] * (rows - n)
         view = DecodeCache(keys=[k[:rows] for k in self.cache.keys],
                            values=[v[:rows] for v in self.cache.values],
                            valid=self.cache.valid[:rows])
-        self.prompts = StaticDecoder(self.model, padded, new, pad_id, device, width=width,
-                                     cache=view)
+        # Every column after this call's prompts is one it may write (at most max_new used).
+        self.prompts = StaticDecoder(self.model, padded, self.columns.numel() - self.width,
+                                     pad_id, device, width=self.width, cache=view)
         return self
 
     def _allocate(self, n: int, width: int, max_new: int, device: torch.device) -> None:
@@ -176,7 +178,7 @@ class GraphedDecoder:
         view of) the graph's output, overwritten by the next step. The step runs
         ``row_bucket(rows)`` rows; the rows past ``rows`` compute on stale inputs in their
         own cache rows and are dropped."""
-        rows, column = tok.shape[0], self.shape[1] + t
+        rows, column = tok.shape[0], self.width + t
         self.tok[:rows].copy_(tok)
         self.pos[:rows].copy_(pos)
         self.col.fill_(column)

@@ -9,10 +9,19 @@ passes when the registration's commit is an ancestor of every curves file's. Rec
 before ``judge`` named its curves are checked against ``curves.jsonl`` beside the validation
 (one folder up for ``interim/``).
 
+What each registration preceded is said, not only whether it preceded the runs: a
+registration committed after its curves existed but before its verdict (the validation's
+first commit), such as a window of an existing sweep scored later (``window_predict``), is
+"registered after the runs, before the verdict": a prediction made after the curves existed,
+not a test blind to them. It passes; one committed with or after its verdict fails.
+
 ``python -m llm_experiments.study.provenance [results]``: a table on the terminal, one line per
-validation and one per curves file; exit status 1 when some registration came after some of
-its runs or matches no commit, 0 otherwise. Validations written before ``judge`` recorded the
-registration are listed as unchecked.
+validation and one per curves file, then a summary: how many validations have each status,
+what it means, and whether the check passed. Exit status 1 when some registration came after
+its verdict (or with its runs), matches no commit of the repository, or judged curves that were
+never committed; 0 otherwise. Validations written before ``judge`` recorded the registration,
+or whose registration lies outside the repository (a development check's), are listed as
+unchecked.
 """
 
 from __future__ import annotations
@@ -28,15 +37,32 @@ from replaytheory.cli_input import BadInput, Parser, existing_dir, read_json
 
 
 # Worst first: a validation's status is the worst of its curves files'.
+AFTER_RUNS = "registered after the runs, before the verdict"
 CURVES_STATUSES = ("registered after the runs", "curves not committed",
-                   "registered with the runs", "ok")
+                   "registered with the runs", AFTER_RUNS, "ok")
+UNCHECKED, OUTSIDE = "unchecked", "registration outside the repository"
+# What each status of a validation says, for the summary, and whether it passes the check.
+MEANING = {"ok": ("registered before every run it judges", True),
+           AFTER_RUNS: ("registered after its runs but before its verdict: a prediction "
+                        "made after the curves existed, not a blind test", True),
+           UNCHECKED: ("unchecked: judged before judge recorded the registration", True),
+           OUTSIDE: ("unchecked: the registration lies outside the repository (a "
+                     "development check's)", True),
+           "registered after the runs": ("registered after its runs and not before its "
+                                         "verdict", False),
+           "registered with the runs": ("registered in the same commit as its runs: no "
+                                        "order to see", False),
+           "curves not committed": ("the curves it judged were never committed", False),
+           "registration never committed": ("the judged registration matches no commit",
+                                            False)}
 
 
 @dataclass(frozen=True)
 class CurvesOrder:
     """One curves file a validation judged. path: relative to the repository root. commit:
     first commit of the path, i.e. of its earliest runs ('' = not committed). status: one of
-    ``CURVES_STATUSES`` ('registered with the runs': one commit, no order to see)."""
+    ``CURVES_STATUSES`` ('registered with the runs': one commit, no order to see; AFTER_RUNS:
+    after this file's first commit, before the validation's)."""
 
     path: str
     commit: str
@@ -49,8 +75,9 @@ class Provenance:
 
     validation, registration: paths relative to the repository root. reg_commit: first commit
     holding the judged bytes of the registration ('' = none). curves: the curves files judged,
-    each with its own order. status: 'unchecked' (no registration recorded), 'registration
-    never committed', or else the worst of the curves files' statuses."""
+    each with its own order. status: UNCHECKED (no registration recorded), OUTSIDE (its path
+    leaves the repository), 'registration never committed', or else the worst of the curves
+    files' statuses (``MEANING`` says what each means)."""
 
     validation: str
     registration: str
@@ -100,7 +127,13 @@ def _judged_curves(root: str, records: list[dict], validation: str) -> list[str]
     return paths
 
 
-def _order(root: str, reg_commit: str, curves: str) -> CurvesOrder:
+def _before(root: str, first: str, then: str) -> bool:
+    """Whether commit ``first`` is a strict ancestor of commit ``then`` ('' = none)."""
+    return bool(then) and first != then and \
+        _git(root, "merge-base", "--is-ancestor", first, then).returncode == 0
+
+
+def _order(root: str, reg_commit: str, curves: str, verdict_commit: str) -> CurvesOrder:
     commit = first_commit_with(root, curves)
     if not reg_commit:
         return CurvesOrder(path=curves, commit=commit, status="")
@@ -108,8 +141,10 @@ def _order(root: str, reg_commit: str, curves: str) -> CurvesOrder:
         status = "curves not committed"
     elif reg_commit == commit:
         status = "registered with the runs"
-    elif _git(root, "merge-base", "--is-ancestor", reg_commit, commit).returncode == 0:
+    elif _before(root, reg_commit, commit):
         status = "ok"
+    elif _before(root, reg_commit, verdict_commit):
+        status = AFTER_RUNS
     else:
         status = "registered after the runs"
     return CurvesOrder(path=curves, commit=commit, status=status)
@@ -123,11 +158,15 @@ def check(root: str, validation: str) -> Provenance:
     regs = {json.dumps(r.get("registration"), sort_keys=True) for r in records}
     reg = json.loads(regs.pop()) if len(regs) == 1 else None
     path = _relative(root, reg["path"]) if reg and reg.get("sha256") else ""
-    reg_commit = first_commit_with(root, path, reg["sha256"]) if path else ""
-    curves = tuple(_order(root, reg_commit, c)
+    outside = path.split(os.sep)[0] == os.pardir
+    reg_commit = first_commit_with(root, path, reg["sha256"]) if path and not outside else ""
+    verdict_commit = first_commit_with(root, validation)
+    curves = tuple(_order(root, reg_commit, c, verdict_commit)
                    for c in _judged_curves(root, records, validation))
     if not path:
-        status = "unchecked"
+        status = UNCHECKED
+    elif outside:
+        status = OUTSIDE
     elif not reg_commit:
         status = "registration never committed"
     else:
@@ -162,12 +201,27 @@ def main(argv=None) -> int:
     except ValueError as exc:
         return p.report(exc)
     for r in rows:
-        print(f"{r.status:>30s}  {r.validation}  registration {r.registration or '-'} "
+        print(f"{r.status:>45s}  {r.validation}  registration {r.registration or '-'} "
               f"@{r.reg_commit[:7] or '-'}")
         for c in r.curves:
-            print(f"{c.status or '-':>36s}    curves {c.path} @{c.commit[:7] or '-'}")
-    bad = [r for r in rows if r.status not in ("ok", "unchecked")]
-    return 1 if bad else 0
+            print(f"{c.status or '-':>51s}    curves {c.path} @{c.commit[:7] or '-'}")
+    lines, passed = summary(rows)
+    print("\n".join(lines))
+    return 0 if passed else 1
+
+
+def summary(rows: list[Provenance]) -> tuple[list[str], bool]:
+    """(lines, passed): how many validations have each status and what it means, and a last
+    line that says whether the check passed (no status whose ``MEANING`` fails)."""
+    counts = {s: sum(r.status == s for r in rows) for s in MEANING}
+    lines = [f"{len(rows)} validations:"] + [
+        f"  {n:3d} {'pass' if MEANING[s][1] else 'FAIL'}  {MEANING[s][0]}"
+        for s, n in counts.items() if n]
+    failed = sum(n for s, n in counts.items() if not MEANING[s][1])
+    lines.append(f"FAILED: {failed} validation(s) above marked FAIL" if failed else
+                 "passed: every checked registration precedes its verdict (the lines above "
+                 "say which also precede their runs)")
+    return lines, not failed
 
 
 if __name__ == "__main__":

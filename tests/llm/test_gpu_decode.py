@@ -273,8 +273,9 @@ def test_graphed_decoder_keeps_its_cache_across_calls_and_weight_versions(monkey
     """Calls of other sizes share one cache (issue 38 N3: each new row count or max_new
     reallocated it, 12 times in 8 steps of a small run): other prompts, fewer rows, fewer
     new tokens reuse it; only a call larger than every earlier one (a longer prompt, more
-    rows) replaces it, with the old cache freed before the new one is allocated. Every call
-    samples what a fresh decoder does, also after the weights change in place."""
+    rows) replaces it, with the old cache freed before the new one is allocated; a call
+    pads its prompts to its own width. Every call samples what a fresh decoder does, also
+    after the weights change in place."""
     import gc
     import weakref
 
@@ -309,6 +310,8 @@ def test_graphed_decoder_keeps_its_cache_across_calls_and_weight_versions(monkey
     assert check(GRAPH_PROMPTS[:3], 3, max_new=12) == (1, (16, 64, 40))  # fewer new tokens
     assert check([[3] * 70] + GRAPH_PROMPTS[1:], 4) == (2, (16, 128, 40))  # a longer prompt
     assert check(GRAPH_PROMPTS * 2, 5) == (3, (32, 128, 40))  # 24 rows: a bucket of 32
+    # Short prompts after a long one: their own width, not the widest call's.
+    assert check(GRAPH_PROMPTS, 7) == (3, (32, 128, 40)) and graphed._graphed.width == 64
     assert alive_at_allocation == [False, False, False]  # each old cache freed first
     with torch.no_grad():
         for p in model.parameters():

@@ -57,3 +57,29 @@ def test_fill_and_draw_probes_between_the_insert_and_the_draw():
     # each step adds B/y = 4 rollouts before the hook runs, and draws B = 8 after it
     assert seen == [(4, 0), (8, 8), (12, 16)]
     assert books.consumed == 24 and books.clock.generated == 12
+
+
+def test_the_probes_never_see_what_the_steps_draw_expires():
+    """Issue 38: with buffer.horizon_growth the probes read the buffer before the draw
+    expired the groups outside the step's window, so they measured rollouts no draw could
+    give. At step t (g = 0.5) the window holds the rollouts of the last max(1, 0.5 (t + 1))
+    steps; the probe hook sees exactly those."""
+    cfg = load_config("cpu_tiny", ["schedule.batch_size=8", "schedule.group_size=4",
+                                   "schedule.replay_ratio=2", "buffer.capacity=64",
+                                   "buffer.horizon_growth=0.5"])
+    production, buffer = Production(cfg.schedule), RolloutBuffer.for_config(cfg)
+    books = RunBooks(ComputeClock(1, 8))
+
+    def produce(n_groups, version):
+        first, group = books.new_ids(n_groups, 4)
+        return [Rollout(item_id=first + i, group_id=group + i // 4, problem_id=0,
+                        version=version, prompt=np.zeros(2, np.int32),
+                        completion=np.ones(3, np.int32), logprobs=np.zeros(3, np.float32),
+                        reward=1.0, advantage=0.0) for i in range(4 * n_groups)]
+
+    seen = []
+    for step in range(6):
+        fill_and_draw(production, buffer, step, produce, np.random.default_rng(step), books,
+                      before_draw=lambda: seen.append(sorted(set(buffer.versions()))))
+    window = [max(1, int(0.5 * (t + 1))) for t in range(6)]
+    assert seen == [list(range(t - k + 1, t + 1)) for t, k in enumerate(window)]

@@ -194,6 +194,45 @@ def test_cli_errors(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_folder(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Issue 38: a bf16 run that failed at its first update left a half-made --out that
+    blocked a plain rerun (with the workaround set, say). A run that fails before its first
+    checkpoint now leaves the folder as it found it; an empty folder given stays."""
+    from llm_experiments.engines import experiment
+    out = tmp_path / "run"
+
+    def fail(self, *args, **kwargs):
+        raise RuntimeError("a failure at the first update")
+    monkeypatch.setattr(experiment.Experiment, "train_step", fail)
+    with pytest.raises(RuntimeError, match="first update"):
+        run_small(out)
+    assert not out.exists()
+    out.mkdir()
+    with pytest.raises(RuntimeError, match="first update"):
+        run_small(out)
+    assert out.is_dir() and not list(out.iterdir())
+    monkeypatch.undo()
+    summary, _ = run_small(out, "run.steps=2")  # the plain rerun
+    assert summary["steps"] == 2
+
+
+def test_the_first_warm_start_shows_its_progress(tmp_path, capsys):
+    """Issue 38: ``run`` printed nothing for the ~55 s of a first warm start; with
+    run.progress its steps show on stderr (and nothing without)."""
+    from llm_experiments.policy.models import char_tokenizer, tiny_model
+    from llm_experiments.policy.warm_start import warm_start
+    from llm_experiments.tasks import make_task
+    for progress in (True, False):
+        cfg = small_config("model.warm_start_steps=4", f"run.progress={progress}")
+        task = make_task(cfg.task)
+        tok = char_tokenizer(task.alphabet())
+        warm_start(tiny_model(cfg, len(tok)), tok, task, cfg)
+        err = capsys.readouterr().err
+        assert ("warm start (once per config, then cached)" in err and "4/4" in err) \
+            == progress
+
+
 @pytest.mark.slow
 def test_cpu_tiny_rl_beats_warm_start(tmp_path):
     """The shipped cpu_tiny config (shortened to 150 steps, no probes) learns."""
