@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .choices import RATIO_LOSSES
+from .choices import LOSSES
 
 # Sequence: each rollout's token losses averaged over its own tokens (the harness's
 # convention: the batch gradient is the mean of per-rollout gradients). Batch tokens: summed
@@ -119,7 +119,7 @@ def _neg_cap(r, a, logp, p: LossParams) -> TokenTerms:
 
 def token_terms(loss: str, logp: torch.Tensor, log_ratio: torch.Tensor, adv: torch.Tensor,
                 params: LossParams) -> TokenTerms:
-    """The ``TokenTerms`` of ``loss`` (one of ``RATIO_OBJECTIVES``, not m2po's mask: see
+    """The ``TokenTerms`` of ``loss`` (one of ``choices.RATIO_LOSSES``, not m2po's mask: see
     ``m2_keep``) for log-probs ``logp`` (n, L), log r = ``log_ratio`` (n, L, zero on
     padding) and advantages ``adv`` broadcastable to (n, L)."""
     r = torch.exp(log_ratio)
@@ -138,10 +138,9 @@ def token_terms(loss: str, logp: torch.Tensor, log_ratio: torch.Tensor, adv: tor
         return _neg_cap(r, a, logp, params)
     if loss == "neg_veto":
         return _neg_veto(r, a, params)
-    raise ValueError(f"trainer.loss must be one of {list(RATIO_OBJECTIVES)}, got {loss!r}")
+    raise ValueError(f"trainer.loss must be one of {list(LOSSES)}, got {loss!r}")
 
 
-RATIO_OBJECTIVES = RATIO_LOSSES
 AGGREGATION = {"cispo": BATCH_TOKENS, "m2po": BATCH_TOKENS}
 # Losses whose per-token weights depend on the whole batch's log-ratios (not only its mask).
 BATCH_MASKED = ("m2po",)

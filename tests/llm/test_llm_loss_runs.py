@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from llm_helpers import run_small
 
-from llm_experiments.rl.objectives import RATIO_OBJECTIVES
+from llm_experiments.rl.choices import RATIO_LOSSES
 
 DIAGNOSTICS = ("is_ess", "logr2", "logr2_kept", "ratio_max", "acted_pos", "acted_neg",
                "grad_norm", "head_grad_norm", "staleness_mean", "staleness_max")
@@ -14,7 +14,7 @@ REPLAY = ["run.steps=6", "schedule.mode=sync", "schedule.replay_ratio=2", "buffe
           "probe.every=0", "eval.every=6"]
 
 
-@pytest.mark.parametrize("loss", [x for x in RATIO_OBJECTIVES if x not in ("grpo",)])
+@pytest.mark.parametrize("loss", [x for x in RATIO_LOSSES if x != "grpo"])
 def test_each_loss_trains_and_logs_its_diagnostics(tmp_path, loss):
     _, records = run_small(tmp_path, *REPLAY, f"trainer.loss={loss}")
     trained = [r for r in records if r.get("loss") is not None]

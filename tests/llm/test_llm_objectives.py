@@ -121,3 +121,16 @@ def test_staleness_stats_split_by_advantage_sign():
                            loss_kwargs={"loss": "grpo_unclipped"})
     assert unclipped["acted_pos"] == 0.0 and unclipped["acted_neg"] == 0.0
     assert unclipped["logr2_kept"] == pytest.approx(unclipped["logr2"])
+
+
+def test_every_ratio_loss_has_its_rule_and_a_bad_name_is_one_line():
+    from llm_experiments.rl.choices import RATIO_LOSSES
+    from llm_experiments.rl.objectives import LossParams, token_terms
+    logp = _logp().detach()
+    log_ratio = logp - _batch().old_logp
+    for loss in RATIO_LOSSES:
+        terms = token_terms(loss, logp, log_ratio, _batch().adv[:, None], LossParams())
+        assert terms.tok.shape == logp.shape and not (terms.dropped & ~terms.acted).any()
+    with pytest.raises(ValueError, match="trainer.loss must be one of") as err:
+        token_terms("ppo", logp, log_ratio, _batch().adv[:, None], LossParams())
+    assert "\n" not in str(err.value) and "asymre" in str(err.value)
