@@ -56,6 +56,8 @@ def _verdicts(out):
     for path in sorted(RESULTS.glob("**/validation*.json")):
         if path.parent.parent.name == "windows":  # drawn together by ``_windows``
             continue
+        if "devcheck" in path.parts:  # a study's development checks, not a judged setting
+            continue
         try:
             records = verdicts.load_records(path)
         except ValueError:  # the paired validation's own format, drawn by ``paired``

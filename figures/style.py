@@ -53,7 +53,10 @@ def save(fig, name: str, out_dir: str | os.PathLike | None = None) -> list[Path]
     paths = []
     for ext in ("png", "pdf"):
         path = out / f"{name}.{ext}"
-        atomic_write(str(path), lambda fh, e=ext: fig.savefig(fh, format=e), binary=True)
+        # No creation date in the PDF: the same figure is then the same bytes on every rebuild.
+        meta = {"CreationDate": None} if ext == "pdf" else None
+        atomic_write(str(path), lambda fh, e=ext, m=meta: fig.savefig(fh, format=e, metadata=m),
+                     binary=True)
         paths.append(path)
     plt.close(fig)
     return paths

@@ -219,3 +219,25 @@ def test_tables_and_figure_show_the_seconds_verdict_beside_compute_units(tmp_pat
     fig = verdicts.draw(records, "tiny")
     assert len([ax for ax in fig.axes if ax.images]) == len(verdicts.shown(records))
     style.plt.close(fig)
+
+
+def test_the_goal_table_and_pdfs_rebuild_to_the_committed_bytes(tmp_path):
+    """``make_all``'s verdict family reproduces the committed goal table (a study's devcheck
+    verdicts are not a judged setting), and a figure saved twice is the same PDF (no
+    creation date)."""
+    import hashlib
+    from pathlib import Path
+
+    from figures import make_all
+    from figures.style import plt, save
+    make_all.main(["--out", str(tmp_path), "--only", "verdicts"])
+    committed = Path(__file__).resolve().parent.parent / "figures" / "out" / "verdicts_goal.md"
+    assert (tmp_path / "verdicts_goal.md").read_bytes() == committed.read_bytes()
+    digests = []
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [3, 4])
+        save(fig, "same", tmp_path / sub)
+        digests.append(hashlib.sha256((tmp_path / sub / "same.pdf").read_bytes()).hexdigest())
+    assert digests[0] == digests[1]
