@@ -170,6 +170,18 @@ def check_full_softmax(generation_config, temperature: float) -> None:
                          f"generation_kwargs or the model's generation_config): {why}")
 
 
+def model_dropout(model) -> list[str]:
+    """Where ``model`` drops out in training mode: its config's ``*dropout`` fields and its
+    ``torch.nn.Dropout`` modules with p > 0 (names), empty when it never does."""
+    config = getattr(model, "config", None)
+    fields = [f"config.{k}={v:g}" for k, v in sorted(vars(config).items())
+              if k.endswith("dropout") and isinstance(v, (int, float)) and v > 0] \
+        if config is not None else []
+    modules = [name or type(m).__name__ for name, m in model.named_modules()
+               if isinstance(m, torch.nn.Dropout) and m.p > 0]
+    return fields + modules[:3]
+
+
 def missing_extension_points(cls=GRPOTrainer) -> list[str]:
     """The ``EXTENSION_POINTS`` that ``cls`` lacks or whose parameters changed (empty: ok)."""
     problems = []
@@ -401,6 +413,11 @@ class ReplayGRPOTrainer(GRPOTrainer):
                                  f"(the replay buffer replaces TRL's within-batch reuse)")
         if self.tools or self.environment_factories is not None:
             raise ValueError("ReplayGRPOTrainer does not support tools or environments")
+        dropout = model_dropout(self.model)
+        if not a.disable_dropout and dropout:
+            raise ValueError(f"ReplayGRPOTrainer needs disable_dropout=True with a model that "
+                             f"drops out ({', '.join(dropout)}): the behaviour log-probs of a "
+                             f"replayed rollout would be noisy draws, not pi_behaviour")
         # What generate() will use: TRL's generation config, None fields filled from the
         # model's generation_config and transformers' defaults (e.g. top_k=None becomes 50).
         effective, _ = self.model._prepare_generation_config(self.generation_config)

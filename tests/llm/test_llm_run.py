@@ -222,7 +222,7 @@ def test_the_first_warm_start_shows_its_progress(tmp_path, capsys):
     run.progress its steps show on stderr (and nothing without)."""
     from llm_experiments.policy.models import char_tokenizer, tiny_model
     from llm_experiments.policy.warm_start import warm_start
-    from llm_experiments.tasks import make_task
+    from llm_experiments.tasks.make import make_task
     for progress in (True, False):
         cfg = small_config("model.warm_start_steps=4", f"run.progress={progress}")
         task = make_task(cfg.task)

@@ -18,15 +18,17 @@ from llm_experiments.rl import losses  # noqa: E402
 G = 4
 
 
-def _trainer(tmp_path, loss_type: str, m2_threshold: float = 0.04):
+def _trainer(tmp_path, loss_type: str, m2_threshold: float = 0.04, dropout: float = 0.0,
+             **grpo):
     from datasets import Dataset
 
     from llm_experiments.policy.models import load_policy
-    from llm_experiments.tasks import make_task
+    from llm_experiments.tasks.make import make_task
     torch.set_num_threads(1)
     cfg = small_config()
     task = make_task(cfg.task)
     model, tok = load_policy(cfg, task)
+    model.config.attention_dropout = dropout
     problems = task.sample_train(16, np.random.default_rng(0))
     by_id = {p.pid: p for p in problems}
     data = Dataset.from_dict({"prompt": [p.prompt for p in problems],
@@ -39,7 +41,7 @@ def _trainer(tmp_path, loss_type: str, m2_threshold: float = 0.04):
                       num_generations=G, beta=0.0, steps_per_generation=1,
                       max_completion_length=4, max_steps=2, learning_rate=1e-3,
                       logging_steps=1, seed=0, loss_type=loss_type, epsilon=0.2,
-                      epsilon_high=0.28)
+                      epsilon_high=0.28, **grpo)
     return rt.ReplayGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                                 processing_class=tok, replay=rt.ReplaySettings(16, 8),
                                 m2_threshold=m2_threshold)
@@ -74,3 +76,12 @@ def test_harness_loss_types_train_and_equal_policy_loss(tmp_path, loss_type):
 def test_bad_m2_threshold_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="m2_threshold"):
         _trainer(tmp_path, "m2po", m2_threshold=0.0)
+
+
+def test_a_model_that_drops_out_needs_disable_dropout(tmp_path):
+    """With dropout in training mode a replayed rollout's stored log-probs would be one noisy
+    draw, not the behaviour policy's: refused unless TRL disables dropout (issue 38)."""
+    with pytest.raises(ValueError, match="disable_dropout=True") as err:
+        _trainer(tmp_path, "grpo", dropout=0.1, disable_dropout=False)
+    assert "config.attention_dropout=0.1" in str(err.value) and "\n" not in str(err.value)
+    _trainer(tmp_path, "grpo", dropout=0.1, disable_dropout=True)
