@@ -118,7 +118,8 @@ def test_mapping_imports_under_another_trl_and_the_trainer_refuses_it(monkeypatc
     monkeypatch.setattr(package, "trl", rt)
     fresh = importlib.import_module(MODULE)
     assert fresh is not rt
-    rec = optimal_config(mu=6.84, alpha=0.2, batch_size=16, max_buffer_size=64, reuse=None)
+    rec = optimal_config(mu=6.84, alpha=0.2, batch_size=16, max_buffer_size=64, reuse=None,
+                         horizon_source="measured")
     mapped = fresh.trl_config(rec, G)
     assert mapped.per_device_train_batch_size == 4 and mapped.replay.batch_size == 16
     with pytest.raises(ImportError, match=r"trl 1\.17\.0"):
