@@ -87,4 +87,5 @@ def make_sampler(cfg, model, tokenizer) -> Sampler:
     return HFSampler(model, tokenizer.eos_token_id, tokenizer.pad_token_id,
                      direct=cfg.run.direct_forward, dtype=dtype,
                      compact_below=cfg.sampler.compact_below, cdf=cfg.sampler.cdf_dtype,
-                     graphs=cfg.sampler.decode_graphs)
+                     graphs=cfg.sampler.decode_graphs,
+                     max_concurrent=cfg.sampler.max_concurrent)
