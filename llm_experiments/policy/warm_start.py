@@ -47,17 +47,21 @@ def warm_start(model, tokenizer, task, cfg: Config) -> int:
     """Supervised training on reference answers (AdamW, linear warm-up, clip 1.0), in place.
 
     Loss: cross-entropy of the answer tokens (and end-of-sequence) given the prompt. With
-    ``model.warm_start_target`` > 0, stops at the first check (every 2 steps) where greedy
-    accuracy on 512 fixed training problems reaches the target. Returns the steps taken.
+    ``model.warm_start_target`` > 0, stops at the first check (every 2 steps, or the task's
+    ``warm_start_check_every``) where greedy accuracy on 512 fixed training problems reaches
+    the target. Returns the steps taken.
     """
     m = cfg.model
+    # A check is one forward pass over 512 problems: with long worked solutions and small
+    # batches that costs several steps, so such a task checks less often.
+    every = getattr(task, "warm_start_check_every", 2)
     rng = np.random.default_rng(m.warm_start_seed)
     check_ids, check_mask = _sft_batch(tokenizer, task.sample_train(512, rng), m.max_len)
     opt = torch.optim.AdamW(model.parameters(), lr=m.warm_start_lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / max(1, m.warm_start_warmup)))
     for step in range(m.warm_start_steps):
-        if m.warm_start_target > 0 and step % 2 == 0 and \
+        if m.warm_start_target > 0 and step % every == 0 and \
                 _exact_match(model, tokenizer, check_ids, check_mask) >= m.warm_start_target:
             return step
         model.train()

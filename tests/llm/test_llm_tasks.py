@@ -78,13 +78,14 @@ def test_long_addition_worked_solution_by_hand():
 
 def test_long_addition_sizes_splits_and_errors():
     from llm_experiments.tasks.long_addition import LongAdditionTask, solution_chars
-    task = make_task(load_config("cpu_tiny", ["task.name=long_addition", "task.digits=5",
-                                              "task.eval_size=40", "model.max_len=160",
-                                              "sampler.max_new_tokens=143"]).task)
+    cfg = load_config("cpu_long", ["task.eval_size=40"])
+    task = make_task(cfg.task)
     assert isinstance(task, LongAdditionTask) and len(task.eval_problems) == 40
-    # the worked solution is long, and the prompt at most a quarter of the sequence
-    assert solution_chars(5) >= 128 and len(task.eval_problems[0].prompt) * 4 <= \
-        len(task.eval_problems[0].prompt) + solution_chars(5) + 1
+    # the shipped setting: a worked solution of >= 128 tokens, the prompt at most a quarter
+    # of the sequence, and the whole solution within the sampler's completion length
+    prompt, solution = len(task.eval_problems[0].prompt), solution_chars(task.digits)
+    assert solution >= 128 and prompt * 4 <= prompt + solution + 1
+    assert cfg.sampler.max_new_tokens >= solution + 1 and cfg.model.max_len >= prompt + solution + 1
     held = {q.pid for q in task.eval_problems}
     train = task.sample_train(3000, np.random.default_rng(0))
     assert not held & {q.pid for q in train}
@@ -131,3 +132,24 @@ def test_evaluation_counts_unparseable_completions():
 
     result = evaluate(Canned(), tok, task, [[0]] * 4, cfg, seed=0)
     assert result["eval_accuracy"] == 0.25 and result["eval_unparseable"] == 0.5
+
+
+@pytest.mark.parametrize("every, checks", [(None, [0, 2, 4, 6]), (3, [0, 3, 6])])
+def test_warm_start_checks_as_often_as_the_task_asks(monkeypatch, every, checks):
+    """A task with long solutions sets warm_start_check_every (a check is a forward pass over
+    512 problems); others are checked every 2 steps."""
+    from llm_experiments.policy import warm_start as ws
+    from llm_experiments.policy.models import char_tokenizer, tiny_model
+    from llm_experiments.tasks.arithmetic import AdditionTask
+    cfg = load_config("cpu_tiny", ["model.hidden_size=16", "model.layers=1", "model.heads=2",
+                                   "model.kv_heads=1", "model.intermediate_size=16",
+                                   "model.warm_start_steps=7", "model.warm_start_batch=4",
+                                   "model.warm_start_target=0.99"])
+    task = AdditionTask(1, 10)
+    if every is not None:
+        task.warm_start_check_every = every
+    tok = char_tokenizer(task.alphabet())
+    calls = []
+    monkeypatch.setattr(ws, "_exact_match", lambda *a: calls.append(1) or 0.0)
+    assert ws.warm_start(tiny_model(cfg, len(tok)), tok, task, cfg) == 7
+    assert len(calls) == len(checks)  # at these steps of 0..6
