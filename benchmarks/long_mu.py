@@ -17,7 +17,7 @@ against 6 P per trained token, blind to how decoding is bound). The seed paper's
 generation > 80% of the time, is mu > 4.
 
 Run: ``python -m benchmarks.long_mu [--levels 0 8] [--steps 12] [--repeats 2]``; writes
-``benchmarks/results/long_mu.json``.
+``benchmarks/results/long_mu.json`` (``--name`` to change).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=12, help="on-policy updates per run (>= 2)")
     p.add_argument("--repeats", type=int, default=2, help="runs per level (>= 1)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (>= 1)")
+    p.add_argument("--name", default="long_mu", help="result file name")
     p.add_argument("--set", dest="extra", action="append", default=[],
                    metavar="SECTION.KEY=VALUE", help="extra config override (repeatable)")
     a = p.parse_args(argv)
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
                        "vs_paper_mu": mu / (PAPER_SHARE / (1 - PAPER_SHARE))})
     print("\nmedians per level (vs_paper_mu: measured mu / 4, the seed paper's > 80% share)")
     print_table(levels, ["max_concurrent", "mu", "gen_share", "mu_flops", "vs_paper_mu"])
-    write_result("long_mu", {"args": vars(a), "runs": runs, "levels": levels})
+    write_result(a.name, {"args": vars(a), "runs": runs, "levels": levels})
     return 0
 
 
