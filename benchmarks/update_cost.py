@@ -70,7 +70,7 @@ def compose(groups: list, distinct: int, rng: np.random.Generator) -> list:
 
 class PartTimer:
     """Seconds spent in the functions an update calls, by part (``PARTS``), accumulated while
-    ``timing`` is active: the module-level names ``experiment.py`` calls are wrapped."""
+    ``timing`` is active: the module-level names ``rl/trainer.py`` calls are wrapped."""
 
     def __init__(self, exp):
         self.exp, self.seconds = exp, dict.fromkeys(PARTS, 0.0)
@@ -90,7 +90,8 @@ class PartTimer:
         import torch
 
         from llm_experiments.policy import direct
-        from llm_experiments.engines import experiment
+        # The update moved to rl/trainer.py (PolicyTrainer): wrap the names it calls there.
+        from llm_experiments.rl import trainer as experiment
         from llm_experiments.rl.losses import PromptBatch
         saved = {name: getattr(experiment, name) for name in
                  ("collate_direct", "batch_logprobs", "policy_loss", "loss_stats")}
