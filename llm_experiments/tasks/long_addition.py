@@ -46,6 +46,9 @@ def solution_chars(digits: int) -> int:
 def worked_solution(a: int, b: int, digits: int) -> str:
     """The reference completion for ``a + b`` (both in [0, 10^digits)); see the module
     docstring for the format."""
+    digits = checks.integer("task.digits", digits, 1, 9)
+    a = checks.integer("a", a, 0, 10 ** digits - 1)
+    b = checks.integer("b", b, 0, 10 ** digits - 1)
     top, bottom = f"{a:0{digits}d}", f"{b:0{digits}d}"
     carry, written, lines = 0, "", []
     for k in range(1, digits + 1):

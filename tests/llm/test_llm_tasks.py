@@ -95,6 +95,9 @@ def test_long_addition_sizes_splits_and_errors():
         assert task.reward(q, q.answer) == 1.0 and int(q.answer.rsplit("=", 1)[1]) == a + b
     with pytest.raises(ValueError, match=r"task.digits must be an integer in \[1, 9\]"):
         LongAdditionTask(digits=10)
+    from llm_experiments.tasks.long_addition import worked_solution
+    with pytest.raises(ValueError, match=r"a must be an integer in \[0, 99\]"):
+        worked_solution(100, 1, 2)
     with pytest.raises(ValueError, match="task.eval_size"):
         LongAdditionTask(digits=1, eval_size=51)
     with pytest.raises(ValueError, match="sampler.max_new_tokens must be an integer >= 143"):
