@@ -165,7 +165,9 @@ class HFSampler:
     memory-bound, so that limit, not the FLOPs, sets generation's time. Each row keeps its
     own uniforms, so the samples do not depend on it (up to float rounding of the batch
     shape). Waves are static, not continuously refilled: equal to a continuous-batching
-    engine's schedule when completions have about the same length.
+    engine's schedule when completions have about the same length. With graphed decoding,
+    pick a value that divides the call's rows: a shorter last wave changes the kept cache's
+    shape, which re-allocates it and re-captures its graphs.
     """
 
     def __init__(self, model, eos_id: int, pad_id: int, direct: bool = True, dtype=None,
