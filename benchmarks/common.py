@@ -22,7 +22,12 @@ SIZES = {
              "intermediate_size": 512},
     "3m": {"hidden_size": 256, "layers": 4, "heads": 4, "kv_heads": 2,
            "intermediate_size": 768},
+    # cpu_long's shape (0.25M parameters), run only when named (--sizes long)
+    "long": {"hidden_size": 64, "layers": 4, "heads": 4, "kv_heads": 2,
+             "intermediate_size": 256},
 }
+# The shapes a benchmark runs unless told otherwise (cpu_tiny's and a ~3M one).
+DEFAULT_SIZES = ("tiny", "3m")
 
 
 def set_threads(n: int) -> None:

@@ -26,7 +26,8 @@ import os
 import tempfile
 import time
 
-from benchmarks.common import SIZES, best_of, print_table, set_threads, write_result
+from benchmarks.common import DEFAULT_SIZES, SIZES, best_of, print_table, set_threads, \
+    write_result
 
 N = 2048
 # The harness as configured, without prompt sharing (every token of every rollout computed:
@@ -115,7 +116,7 @@ def main(argv=None) -> dict:
     print(f"float32 {N}^3 matmul, {args.threads} thread(s): " +
           ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in limits.items()))
     rows = []
-    for size in SIZES:
+    for size in DEFAULT_SIZES:
         bare = {k: bare_model_flops(size, args.threads, onednn=k == "onednn") for k in limits}
         for layout, extra in LAYOUTS.items():
             try:

@@ -19,8 +19,8 @@ import argparse
 
 import numpy as np
 
-from benchmarks.common import SIZES, best_of, print_table, random_policy, set_threads, \
-    write_result
+from benchmarks.common import DEFAULT_SIZES, SIZES, best_of, print_table, random_policy, \
+    set_threads, write_result
 from benchmarks.samplers import addition_prompts
 
 THRESHOLDS = (0.0, 0.5, 1.0)  # compact_below: never, under half live, at every check
@@ -38,7 +38,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per cell")
-    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), choices=list(SIZES))
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--name", default="sampler_compaction", help="result file name")

@@ -23,8 +23,8 @@ import os
 
 import numpy as np
 
-from benchmarks.common import (SIZES, best_of, print_table, random_policy, set_threads,
-                               write_result)
+from benchmarks.common import (DEFAULT_SIZES, SIZES, best_of, print_table, random_policy,
+                               set_threads, write_result)
 
 BATCHES, NEW_TOKENS = (64, 256), (16, 64)
 
@@ -99,13 +99,21 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads, every contender")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per cell")
-    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), choices=list(SIZES))
     parser.add_argument("--name", default="samplers", help="result file name")
+    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES),
+                        help="sequences per call (each >= 1)")
+    parser.add_argument("--new-tokens", type=int, nargs="+", default=list(NEW_TOKENS),
+                        help="tokens generated per sequence (each >= 1); cpu_long's shape: "
+                             "--sizes long --new-tokens 143")
     args = parser.parse_args(argv)
+    if min(args.batches) < 1 or min(args.new_tokens) < 1:
+        parser.error("--batches and --new-tokens must be integers >= 1")
     set_threads(args.threads)
     rows = []
     for size in args.sizes:
-        model, tok = random_policy(size)
+        # Positions past max_len would still run (rotary embeddings), but keep the config true.
+        model, tok = random_policy(size, max_len=max(128, 16 + max(args.new_tokens)))
         contenders = {"ours": ours(model, tok), "ours_default_kernel": ours(model, tok, False),
                       "ours_before": ours(model, tok, False, False),
                       "hf_generate": hf_generate(model, tok)}
@@ -113,9 +121,9 @@ def main(argv=None) -> dict:
         if engine is not None:
             contenders["vllm"] = engine
         n_params = sum(p.numel() for p in model.parameters())
-        for batch in BATCHES:
+        for batch in args.batches:
             prompts = addition_prompts(tok, batch)
-            for new in NEW_TOKENS:
+            for new in args.new_tokens:
                 row = {"model": size, "params": n_params, "batch": batch, "new_tokens": new}
                 seconds = {name: [] for name in contenders}
                 for rep in range(args.repeats + 1):  # the first round warms up
@@ -140,6 +148,7 @@ def main(argv=None) -> dict:
                "before/hf_generate", "ours/vllm"]
     print_table(rows, columns)
     result = {"tokens_per_s": rows, "threads": args.threads, "repeats": args.repeats,
+              "batches": args.batches, "new_tokens": args.new_tokens,
               "sizes": SIZES, "vllm": any("vllm" in r for r in rows)}
     write_result(args.name, result)
     return result

@@ -20,8 +20,10 @@ forward (``batch_logprobs`` + loss; the prompt segment's share of the shared lay
 ``buffer.sample`` at horizons x = 4 / 16 / 64 / 256 (y = 1) with the distinct prompts its
 batches hold, and the on-policy queue's.
 
-Run: ``python -m benchmarks.update_cost [--repeats 15] [--threads 1]``; writes
-``benchmarks/results/update_cost.json``.
+Run: ``python -m benchmarks.update_cost [--repeats 15] [--threads 1] [--config cpu_tiny]``;
+writes ``benchmarks/results/update_cost.json``. ``--config cpu_long --cache
+~/.cache/llm_experiments --name update_cost_long``: the same at issue 37's long completions
+(its cached warm start).
 
 With ``--draws``: how the batch is drawn instead (``buffer.sampling``). Buffers of horizon
 x = 4 / 16 / 64 (y = 1: x B rollouts, x B / G distinct real groups, 512 generated once) are
@@ -68,7 +70,7 @@ def compose(groups: list, distinct: int, rng: np.random.Generator) -> list:
 
 class PartTimer:
     """Seconds spent in the functions an update calls, by part (``PARTS``), accumulated while
-    ``timing`` is active: the module-level names ``experiment.py`` calls are wrapped."""
+    ``timing`` is active: the module-level names ``rl/trainer.py`` calls are wrapped."""
 
     def __init__(self, exp):
         self.exp, self.seconds = exp, dict.fromkeys(PARTS, 0.0)
@@ -88,7 +90,8 @@ class PartTimer:
         import torch
 
         from llm_experiments.policy import direct
-        from llm_experiments.engines import experiment
+        # The update moved to rl/trainer.py (PolicyTrainer): wrap the names it calls there.
+        from llm_experiments.rl import trainer as experiment
         from llm_experiments.rl.losses import PromptBatch
         saved = {name: getattr(experiment, name) for name in
                  ("collate_direct", "batch_logprobs", "policy_loss", "loss_stats")}
@@ -265,7 +268,8 @@ def draws_study(exp, args) -> dict:
                   "paired_q50": r["paired_ratio"]["median"],
                   "distinct": r["distinct_prompts"]["median"]} for r in rows],
                 ["layout", "draws", "x", "median_s", "ratio", "paired_q50", "distinct"])
-    return {"setting": {"model": "cpu_tiny", "warm_start": WARM_START, "batch_size": batch,
+    return {"setting": {"model": args.config, "warm_start": warm_start_of(args.config),
+                        "batch_size": batch,
                         "group_size": g, "replay_ratio": 1, "repeats": args.repeats,
                         "threads": args.threads, "groups_generated": len(groups),
                         "draws": DRAWS},
@@ -287,15 +291,22 @@ def layout_agreement(exp, groups, seed: int) -> dict:
     return {"max_abs_logprob_difference": float((a - b)[mask].abs().max())}
 
 
-def setup(threads: int, cache: str):
-    """(experiment, groups): the on-policy cpu_tiny experiment from the committed warm start
-    and 64 generated groups of G = 8 rollouts."""
+def warm_start_of(config: str) -> str:
+    """The warm start a config's updates are timed from: cpu_tiny's committed one, else the
+    config's own (cached under ``--cache``)."""
+    return WARM_START if config == "cpu_tiny" else f"{config}'s cached warm start"
+
+
+def setup(threads: int, cache: str, config: str = "cpu_tiny"):
+    """(experiment, groups): the on-policy experiment of ``config`` (cpu_tiny: from the
+    committed warm start; others, e.g. cpu_long: from their cached one) and 64 generated
+    groups of G = 8 rollouts."""
     from llm_experiments.config import load_config
     from llm_experiments.engines.experiment import Experiment
-    cfg = load_config("cpu_tiny", ["schedule.mode=on_policy", "probe.every=0",
-                                   f"run.threads={threads}", "run.progress=false",
-                                   f"run.cache_dir={cache}", "trainer.lr=5e-5",
-                                   f"model.warm_start_path={WARM_START}"])
+    pinned = [f"model.warm_start_path={WARM_START}"] if config == "cpu_tiny" else []
+    cfg = load_config(config, ["schedule.mode=on_policy", "probe.every=0",
+                               f"run.threads={threads}", "run.progress=false",
+                               f"run.cache_dir={cache}", "trainer.lr=5e-5", *pinned])
     exp = Experiment(cfg, tempfile.mkdtemp(prefix="update_cost_"))
     g = cfg.schedule.group_size
     rollouts = exp.produce(cfg.schedule.batch_size, 0)
@@ -311,11 +322,14 @@ def main(argv=None) -> dict:
                         help="warm-start cache folder")
     parser.add_argument("--name", default=None,
                         help="result file name (default update_cost, update_cost_draws)")
+    parser.add_argument("--config", default="cpu_tiny",
+                        help="config whose shape is timed (cpu_long: issue 37's long "
+                             "completions; its warm start from --cache)")
     parser.add_argument("--draws", action="store_true",
                         help="time updates drawn by groups vs rollouts vs on-policy instead")
     args = parser.parse_args(argv)
     set_threads(args.threads)
-    exp, groups = setup(args.threads, args.cache)
+    exp, groups = setup(args.threads, args.cache, args.config)
     if args.draws:
         result = draws_study(exp, args)
         write_result(args.name or "update_cost_draws", result)
@@ -336,7 +350,8 @@ def main(argv=None) -> dict:
     from llm_experiments.rl.losses import SEQUENCE_TOKEN_RATIO, layout_tokens
     tokens = {d: layout_tokens(compose(groups, d, np.random.default_rng(args.seed)))
               for d in DISTINCT}
-    result = {"setting": {"model": "cpu_tiny", "warm_start": WARM_START, "batch_size": 64,
+    result = {"setting": {"model": args.config, "warm_start": warm_start_of(args.config),
+                          "batch_size": 64,
                           "group_size": len(groups[0]), "repeats": args.repeats,
                           "threads": args.threads,
                           "auto_rule": f"sequences when its tokens <= {SEQUENCE_TOKEN_RATIO} x "

@@ -39,6 +39,7 @@ from .policy.choices import DTYPE_NAMES
 from .rl.choices import LAYOUTS, LOSSES, MODES, RATIO_LOSSES
 from .rl.rates import buffer_shards, rollouts_per_step
 from .samplers import BACKENDS, CDF_DTYPES, DECODE_GRAPHS
+from .tasks.long_shape import prompt_chars, solution_chars
 from .tasks import TASKS
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
@@ -212,8 +213,9 @@ class RunConfig(_Section):
 class TaskConfig(_Section):
     """The task with a verifiable reward.
 
-    name: "addition" (built in), "reasoning_gym" or "math".
-    digits: addition difficulty, operand digits (1..9). eval_size: held-out problems (>= 1).
+    name: "addition" (built in), "long_addition" (built in, with a worked solution;
+        ``tasks.long_addition``), "reasoning_gym" or "math".
+    digits: addition difficulty, operand digits (1..9; both addition tasks). eval_size: held-out problems (>= 1).
     eval_seed: seed choosing the held-out set (never overlaps the training problems).
     rg_name, rg_config, rg_size: reasoning-gym generator, its keyword arguments, problems made.
     prompt_field: reasoning-gym entry field used as prompt ("question" or
@@ -331,6 +333,10 @@ class SamplerConfig(_Section):
         static shape over a cache kept across calls, captured as CUDA graphs on a GPU (run
         eagerly on CPU; ``samplers.graphs``), "off" = the growing-slice static cache, "auto" =
         on on a GPU, off on CPU. The samples are those of "off" up to float rounding.
+    max_concurrent: HF sampler: the most sequences decoded at once (>= 0; 0 = all of a
+        call), the limit a serving engine's KV-cache memory sets on a GPU; more rows wait for
+        later waves. It makes generation's share of the clock (the measured mu) a setting on
+        a CPU, where decoding a small model at full width costs about what training does.
     """
 
     SECTION: ClassVar[str] = "sampler"
@@ -344,6 +350,13 @@ class SamplerConfig(_Section):
     compact_below: float = _real(0.0, 0.0, 1.0)
     cdf_dtype: str = _choice("auto", CDF_DTYPES)
     decode_graphs: str = _switch("auto", DECODE_GRAPHS)
+    max_concurrent: int = _int(0, 0)
+
+    def check(self) -> None:
+        """The wave limit is the HF sampler's (vLLM has its own, ``max_num_seqs``)."""
+        if self.max_concurrent and self.backend != "hf":
+            raise ValueError(f"sampler.max_concurrent > 0 needs sampler.backend=hf, got "
+                             f"sampler.backend={self.backend}")
 
 
 @dataclass
@@ -762,6 +775,8 @@ def check_resolved(cfg: Config) -> None:
         _check_growing_horizon(cfg)
     if b.drop_logr2 > 0:
         _check_adaptive_horizon(cfg)
+    if cfg.task.name == "long_addition":
+        _check_long_addition(cfg)
     s, loss = cfg.sampler, cfg.trainer.loss
     if s.top_p < 1 and loss in RATIO_LOSSES:
         raise ValueError(f"sampler.top_p ({s.top_p:g}) must be 1 with trainer.loss={loss}: "
@@ -780,6 +795,23 @@ def check_resolved(cfg: Config) -> None:
         raise ValueError(f"probe.contribution=true needs a trainer.loss with an importance "
                          f"ratio, one of {list(RATIO_LOSSES)}; got "
                          f"trainer.loss={loss}")
+
+
+def _check_long_addition(cfg: Config) -> None:
+    """A worked solution of ``task.name=long_addition`` must fit the sampler's completion
+    length and (tiny model) the supervised warm start's sequence length, which would otherwise
+    cut every solution before its final answer and never reward anything."""
+    d = cfg.task.digits
+    need = solution_chars(d) + 1  # the end-of-sequence token
+    if cfg.sampler.max_new_tokens < need:
+        raise ValueError(f"sampler.max_new_tokens must be an integer >= {need} for "
+                         f"task.name=long_addition at task.digits={d} (its worked solution "
+                         f"and end-of-sequence), got {cfg.sampler.max_new_tokens}")
+    total = prompt_chars(d) + need
+    if cfg.model.name == "tiny" and cfg.model.max_len < total:
+        raise ValueError(f"model.max_len must be an integer >= {total} for "
+                         f"task.name=long_addition at task.digits={d} (prompt, solution and "
+                         f"end-of-sequence), got {cfg.model.max_len}")
 
 
 def _check_group_draws(cfg: Config, shards: int) -> None:

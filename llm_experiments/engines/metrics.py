@@ -38,7 +38,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def _rewards(sampler, tokenizer, task, problems, prompts, *, temperature, top_p, seed,
-             max_new_tokens) -> np.ndarray:
+             max_new_tokens, unparseable: list | None = None) -> np.ndarray:
+    """Rewards of one completion per prompt; with ``unparseable`` (a list) and a task that
+    has ``parseable(text)``, appends whether each completion could not be parsed."""
     out = []
     for start in range(0, len(prompts), EVAL_CHUNK):
         part = prompts[start:start + EVAL_CHUNK]
@@ -47,6 +49,8 @@ def _rewards(sampler, tokenizer, task, problems, prompts, *, temperature, top_p,
         for i, prob in enumerate(problems[start:start + EVAL_CHUNK]):
             text = tokenizer.decode(gen.completion(i), skip_special_tokens=True)
             out.append(task.reward(prob, text))
+            if unparseable is not None and hasattr(task, "parseable"):
+                unparseable.append(not task.parseable(text))
     return np.asarray(out)
 
 
@@ -56,13 +60,18 @@ def evaluate(sampler, tokenizer, task, prompts, cfg, seed: int) -> dict:
     A completion counts as correct when its reward is 1 (partial credit does not).
 
     prompts: token ids of ``task.eval_problems``. seed: randomness of this evaluation only.
-    Returns eval_accuracy in [0, 1] and pass@k for each k in ``eval.pass_k``.
+    Returns eval_accuracy in [0, 1] and pass@k for each k in ``eval.pass_k``; for a task
+    with ``parseable(text)`` (a final answer to grade), also eval_unparseable, the share in
+    [0, 1] of the held-out completions without one (they score 0).
     """
     e, mx = cfg.eval, cfg.sampler.max_new_tokens
     problems = task.eval_problems
+    bad: list = []
     acc = _rewards(sampler, tokenizer, task, problems, prompts, temperature=e.temperature,
-                   top_p=1.0, seed=seed, max_new_tokens=mx)
+                   top_p=1.0, seed=seed, max_new_tokens=mx, unparseable=bad)
     result = {"eval_accuracy": float(np.mean(acc >= 1.0))}
+    if bad:
+        result["eval_unparseable"] = float(np.mean(bad))
     if e.pass_k and e.pass_k_problems:
         n = max(e.pass_k)
         sub = list(range(min(e.pass_k_problems, len(problems))))

@@ -48,10 +48,11 @@ def warm_start(model, tokenizer, task, cfg: Config) -> int:
     """Supervised training on reference answers (AdamW, linear warm-up, clip 1.0), in place.
 
     Loss: cross-entropy of the answer tokens (and end-of-sequence) given the prompt. With
-    ``model.warm_start_target`` > 0, stops at the first check (every 2 steps) where greedy
-    accuracy on 512 fixed training problems reaches the target. Returns the steps taken.
-    With ``run.progress`` a bar shows the steps on stderr: the first run of a config on a
-    machine spends about a minute here, before the run's own bar appears.
+    ``model.warm_start_target`` > 0, stops at the first check (every 2 steps, or the task's
+    ``warm_start_check_every``) where greedy accuracy on 512 fixed training problems reaches
+    the target. Returns the steps taken. With ``run.progress`` a bar shows the steps on
+    stderr: the first run of a config on a machine spends about a minute here, before the
+    run's own bar appears.
     """
     with tqdm(total=cfg.model.warm_start_steps, disable=not cfg.run.progress,
               desc="warm start (once per config, then cached)", dynamic_ncols=True) as bar:
@@ -61,13 +62,16 @@ def warm_start(model, tokenizer, task, cfg: Config) -> int:
 def _train(model, tokenizer, task, cfg: Config, bar) -> int:
     """``warm_start``'s steps, each counted on ``bar``."""
     m = cfg.model
+    # A check is one forward pass over 512 problems: with long worked solutions and small
+    # batches that costs several steps, so such a task checks less often.
+    every = getattr(task, "warm_start_check_every", 2)
     rng = np.random.default_rng(m.warm_start_seed)
     check_ids, check_mask = _sft_batch(tokenizer, task.sample_train(512, rng), m.max_len)
     opt = torch.optim.AdamW(model.parameters(), lr=m.warm_start_lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / max(1, m.warm_start_warmup)))
     for step in range(m.warm_start_steps):
-        if m.warm_start_target > 0 and step % 2 == 0:
+        if m.warm_start_target > 0 and step % every == 0:
             accuracy = _exact_match(model, tokenizer, check_ids, check_mask)
             bar.set_postfix(accuracy=f"{accuracy:.3f}", target=m.warm_start_target)
             if accuracy >= m.warm_start_target:

@@ -159,12 +159,24 @@ class HFSampler:
     cache stays on the device between calls (~32 GB at 256 rows x 1,100 columns of a
     Qwen3-0.6B shape in bf16); a trainer on the same device budgets around it
     (``memory.budget_bytes``).
+    max_concurrent: the most sequences decoded at once (>= 0; 0 = all rows of a call): a
+    call with more rows decodes them in consecutive waves of at most this many. It models a
+    serving engine whose KV-cache memory holds only so many sequences: on a GPU decoding is
+    memory-bound, so that limit, not the FLOPs, sets generation's time. Each row keeps its
+    own uniforms, so the samples do not depend on it (up to float rounding of the batch
+    shape). Waves are static, not continuously refilled: equal to a continuous-batching
+    engine's schedule when completions have about the same length. With graphed decoding
+    the rows of each wave run in the cache's power-of-two buckets, shared by every call.
     """
 
     def __init__(self, model, eos_id: int, pad_id: int, direct: bool = True, dtype=None,
-                 compact_below: float = 0.0, cdf: str = "auto", graphs: str = "auto"):
+                 compact_below: float = 0.0, cdf: str = "auto", graphs: str = "auto",
+                 max_concurrent: int = 0):
         if not 0.0 <= compact_below <= 1.0:
             raise ValueError(f"compact_below must be in [0, 1], got {compact_below}")
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) \
+                or max_concurrent < 0:
+            raise ValueError(f"max_concurrent must be an integer >= 0, got {max_concurrent!r}")
         if cdf not in CDF_DTYPES:
             raise ValueError(f"cdf must be one of {CDF_DTYPES}, got {cdf!r}")
         if graphs not in DECODE_GRAPHS:
@@ -178,6 +190,7 @@ class HFSampler:
         self.version = -1
         self.direct = bool(direct) and supports(self.model)
         self.compact_below, self.cdf, self.graphs = float(compact_below), cdf, graphs
+        self.max_concurrent = max_concurrent
         self._graphed = None  # the GraphedDecoder, kept across calls
         self._own = self.model.state_dict()  # views of the weights, for load_weights
 
@@ -224,12 +237,23 @@ class HFSampler:
             return self._graphed.start(prompts, max_new_tokens, self.pad_id, dev)
         return StaticDecoder(self.model, prompts, max_new_tokens, self.pad_id, dev)
 
-    @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens: int, temperature: float,
                  top_p: float = 1.0, seed: int = 0, uniforms=None) -> Generation:
-        """See ``Sampler.generate``."""
+        """See ``Sampler.generate``; rows beyond ``max_concurrent`` wait for a later wave."""
+        u_all = self._uniforms(len(prompts), max_new_tokens, seed, uniforms)
+        wave = self.max_concurrent or len(prompts)
+        if len(prompts) <= wave:
+            return self._decode(prompts, max_new_tokens, temperature, top_p, u_all)
+        parts = [self._decode(prompts[i:i + wave], max_new_tokens, temperature, top_p,
+                              u_all[i:i + wave]) for i in range(0, len(prompts), wave)]
+        return Generation(*(np.concatenate([getattr(g, f) for g in parts]) for f in
+                            ("tokens", "logprobs", "lengths", "finished")))
+
+    @torch.no_grad()
+    def _decode(self, prompts, max_new_tokens: int, temperature: float, top_p: float,
+                u_all: torch.Tensor) -> Generation:
+        """One wave: every row of ``prompts`` decoded at once with its row of ``u_all``."""
         n, dev = len(prompts), self.device
-        u_all = self._uniforms(n, max_new_tokens, seed, uniforms)
         decoder = self._decoder(prompts, max_new_tokens, dev)
         logits = decoder.prefill()
         next_pos = decoder.next_positions()

@@ -31,4 +31,5 @@ def hf_sampler(cfg, model, tokenizer):
     return HFSampler(model, tokenizer.eos_token_id, tokenizer.pad_token_id,
                      direct=cfg.run.direct_forward, dtype=DTYPES[cfg.model.dtype],
                      compact_below=cfg.sampler.compact_below, cdf=cfg.sampler.cdf_dtype,
-                     graphs=cfg.sampler.decode_graphs)
+                     graphs=cfg.sampler.decode_graphs,
+                     max_concurrent=cfg.sampler.max_concurrent)

@@ -17,7 +17,7 @@ import numpy as np
 
 
 # The tasks ``make.make_task`` builds (``task.name``).
-TASKS = ("addition", "reasoning_gym", "math")
+TASKS = ("addition", "long_addition", "reasoning_gym", "math")
 
 
 @dataclass(frozen=True)

@@ -98,3 +98,35 @@ def test_fresh_sample_ratio_under_the_trainers_logprobs(policy, top_p):
         np.testing.assert_allclose(log_ratio, 0.0, atol=1e-4)
     else:
         assert np.all(log_ratio <= 1e-5) and log_ratio.min() < -1e-3
+
+
+def test_max_concurrent_decodes_in_waves_with_the_same_samples(policy):
+    """sampler.max_concurrent splits a call into waves; each row keeps its own uniforms, so
+    the samples are those of one full-width call (float rounding of the batch shape aside)."""
+    model, tok = policy
+    ps = prompts(tok, ["12+34=", "1+2=", "99+9=", "7+70=", "5+5="] * 3)  # 15 rows, uneven
+    full = HFSampler(model, tok.eos_token_id, tok.pad_token_id).generate(
+        ps, max_new_tokens=6, temperature=1.0, seed=4)
+    waves = HFSampler(model, tok.eos_token_id, tok.pad_token_id, max_concurrent=4)
+    calls = []
+    decode = waves._decode
+    waves._decode = lambda p, *a: calls.append(len(p)) or decode(p, *a)
+    part = waves.generate(ps, max_new_tokens=6, temperature=1.0, seed=4)
+    assert calls == [4, 4, 4, 3]
+    np.testing.assert_array_equal(part.tokens, full.tokens)
+    np.testing.assert_array_equal(part.lengths, full.lengths)
+    np.testing.assert_allclose(part.logprobs, full.logprobs, atol=1e-5)
+    with pytest.raises(ValueError, match="max_concurrent must be an integer >= 0"):
+        HFSampler(model, tok.eos_token_id, tok.pad_token_id, max_concurrent=-1)
+
+
+def test_max_concurrent_setting_reaches_the_sampler(policy):
+    from llm_experiments.config import load_config
+    from llm_experiments.samplers.make import make_sampler
+    model, tok = policy
+    s = make_sampler(load_config("cpu_tiny", ["sampler.max_concurrent=16"]), model, tok)
+    assert s.max_concurrent == 16
+    with pytest.raises(ValueError, match="sampler.max_concurrent"):
+        load_config("cpu_tiny", ["sampler.max_concurrent=-2"])
+    with pytest.raises(ValueError, match="sampler.max_concurrent > 0 needs sampler.backend=hf"):
+        load_config("cpu_tiny", ["sampler.max_concurrent=8", "sampler.backend=vllm"])
