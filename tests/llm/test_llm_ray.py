@@ -207,7 +207,9 @@ def test_a_signal_cancels_a_ray_sweep_and_stops_its_runs(cluster, tmp_path):
                                            "FAKE_HELPER": "1", "FAKE_IGNORE_TERM": "1",
                                            "FAKE_PID_DIR": str(pid_dir)})
         assert stopped.value.code == 143 and time.time() - signalled[0] < 10
-        assert survivors(pid_dir) == []
+        # Ray delivers a cancel to a busy worker late on a loaded machine (the sweep waits
+        # grace + 5 s for it), so the runs get that long again to be gone.
+        assert survivors(pid_dir, within=10.0) == []
     finally:
         kill_recorded(pid_dir)
     assert not list((out / "runs").glob("*/summary.json"))
