@@ -31,14 +31,12 @@ from pathlib import Path
 import numpy as np
 
 from . import checks
+from .loss_advice import LossComparison, LossGrid, choose_loss, describe, load_loss_evidence
 
 EVIDENCE_PATH = Path(__file__).resolve().parent / "data" / "horizon_evidence.json"
 RULE_HORIZON = 64.0  # the rule's x (updates); its y is sqrt(mu)
 EPSILON = 0.02  # the band: mean regret within this of the advice's (share of the best gain)
 ON_POLICY = "on-policy"
-# The loss the advice names, until the registered loss grids (section 12.3) say otherwise:
-# without the clip training lost 0.09-0.13 AUC at every horizon (section 11.19).
-DEFAULT_LOSS = "grpo"
 
 
 @dataclass(frozen=True)
@@ -124,7 +122,9 @@ class BandMember:
 class Advice:
     """What to run and why (see the module docstring).
 
-    loss: the trainer loss (``trainer.loss`` / TRL ``loss_type``). horizon: x in trainer
+    loss: the trainer loss (``trainer.loss`` / TRL ``loss_type``), chosen by
+    ``loss_advice.choose_loss``; loss_comparisons: each stale-rollout loss minus grpo at the
+    advised horizon on the loss grids it was chosen from. horizon: x in trainer
     updates (1 = on-policy). replay_ratio: y, average uses of a rollout. band: the
     candidates within ``epsilon`` of the advice's mean regret, horizon-sorted. regret,
     rule_regret, on_policy_regret: mean regret over the kept settings of the advice, the rule
@@ -149,6 +149,7 @@ class Advice:
     run_updates: int
     mu: float
     provenance: dict = field(default_factory=dict)
+    loss_comparisons: tuple[LossComparison, ...] = ()
 
     @property
     def on_policy(self) -> bool:
@@ -171,6 +172,7 @@ class Advice:
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k not in ("band", "gain")}
         d["band"] = [b.__dict__ for b in self.band]
+        d["loss_comparisons"] = [c.__dict__ for c in self.loss_comparisons]
         d["gain"] = None if self.gain is None else self.gain.__dict__
         d["evidence"] = list(self.evidence)
         return d
@@ -216,20 +218,25 @@ def _choose(kept: list[Evidence], mu: float) -> tuple[tuple[float, float], np.nd
 
 
 def advise(mu: float, run_updates: int | None = None, *, evidence: list[Evidence] | None = None,
-           exclude_families=(), epsilon: float = EPSILON) -> Advice:
+           exclude_families=(), epsilon: float = EPSILON,
+           loss_evidence: list[LossGrid] | None = None) -> Advice:
     """The advice for cost ratio ``mu`` (> 0) and a run of ``run_updates`` trainer updates
     (integer >= 1, or None: the longest runs measured), from ``evidence`` (default: the
     committed ``EVIDENCE_PATH``) less ``exclude_families``; ``epsilon`` in [0, 1) the band's
-    width in regret. With no evidence left it is the rule x = 64, y = sqrt(mu), said so."""
+    width in regret; the loss from ``loss_evidence`` (default: the committed
+    ``loss_advice.LOSS_EVIDENCE_PATH``). With no evidence left the horizon is the rule
+    x = 64, y = sqrt(mu), said so."""
     mu = checks.positive("mu", mu)
     if run_updates is not None:
         run_updates = checks.integer("run_updates", run_updates, 1)
     epsilon = checks.real("epsilon", epsilon, 0.0, 1.0, hi_open=True)
     pool = load_evidence() if evidence is None else evidence
+    grids = load_loss_evidence() if loss_evidence is None else loss_evidence
     kept = matched([e for e in pool if e.family not in set(exclude_families)], mu, run_updates)
     if not kept:
-        return _rule_only(mu, run_updates)
+        return _rule_only(mu, run_updates, grids)
     (x, y), reg, dominates = _choose(kept, mu)
+    loss, comparisons = choose_loss(x, y, grids)
     band = []
     for c in _candidates(kept):
         r = _regrets(kept, *c)
@@ -239,29 +246,31 @@ def advise(mu: float, run_updates: int | None = None, *, evidence: list[Evidence
     ons = [e for e in kept if e.on_policy() is not None]
     gains = np.array([e.score[e.nearest(x, y)] - e.score[e.on_policy()] for e in ons])
     return Advice(
-        loss=DEFAULT_LOSS, horizon=x, replay_ratio=y, band=tuple(band), epsilon=epsilon,
+        loss=loss, horizon=x, replay_ratio=y, band=tuple(band), epsilon=epsilon,
         regret=float(reg.mean()), rule_regret=float(rule.mean()),
         on_policy_regret=float(np.mean([e.regret()[e.on_policy()] for e in ons]))
         if ons else None, dominates=dominates,
         gain=Spread.of(gains) if ons else None,
         evidence=tuple(e.setting for e in kept), run_updates=kept[0].run_updates,
         mu=float(np.median([e.mu for e in kept])),
-        provenance={"loss": "measured: the clip pays for itself (theory.md 11.19); the "
-                            "stale-rollout losses are under registered test (12.3)",
+        loss_comparisons=comparisons,
+        provenance={"loss": describe(loss, comparisons),
                     "horizon": f"measured: {len(kept)} settings at T = "
                                f"{kept[0].run_updates} updates (section 13)",
                     "replay_ratio": "measured, with the horizon (one grid cell)",
                     "band": f"measured: mean regret within {epsilon:g} of the advice's"})
 
 
-def _rule_only(mu: float, run_updates: int | None) -> Advice:
+def _rule_only(mu: float, run_updates: int | None, grids: list[LossGrid]) -> Advice:
     y = max(1.0, math.sqrt(mu))
-    return Advice(loss=DEFAULT_LOSS, horizon=RULE_HORIZON, replay_ratio=y, band=(),
+    loss, comparisons = choose_loss(RULE_HORIZON, y, grids)
+    return Advice(loss=loss, horizon=RULE_HORIZON, replay_ratio=y, band=(),
                   epsilon=EPSILON, regret=math.nan, rule_regret=math.nan,
                   on_policy_regret=None, dominates=False, gain=None, evidence=(),
                   run_updates=run_updates or 0, mu=mu,
                   provenance={"horizon": "the rule x = 64, y = sqrt(mu): no evidence",
-                              "replay_ratio": "the rule", "loss": "measured (11.19)"})
+                              "replay_ratio": "the rule", "loss": describe(loss, comparisons)},
+                  loss_comparisons=comparisons)
 
 
 @dataclass(frozen=True)

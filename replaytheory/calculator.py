@@ -807,7 +807,7 @@ def _explain_evidence(rec: ReplayRecommendation) -> str:
             f"{'' if a.on_policy_regret is None else f', on-policy {a.on_policy_regret:.3f}'}) "
             f"over {len(a.evidence)} settings measured at {a.run_updates} updates and mu "
             f"near {a.mu:.3g}; {dom}. Within {a.epsilon:g} of its mean regret: {band}. "
-            f"Loss: {a.loss}.")
+            f"Loss: {a.loss} ({a.provenance['loss']}).")
 
 
 def design_grid(mus, alphas, rho: float, *, average: str | None = None) -> dict:

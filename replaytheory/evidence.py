@@ -13,6 +13,11 @@ and the whole-run verdicts of the settings without windows (``heldout_digits3``,
 ``heldout_init``, ``heldout_wide``, ``seconds_groups``). Only the AUC measure at mu =
 measured, 2 and 6.84. Written atomically, sorted, so a rerun on the same results gives the
 same bytes.
+
+The loss evidence (``loss_advice.LOSS_EVIDENCE_PATH``, read by ``loss_advice.choose_loss``)
+comes from the compacted runs of the registered loss grids (``LOSS_GRIDS``, theory.md 12.3):
+one record per grid with, per sync (loss, x) cell, each seed's AUC (mean eval accuracy over
+the run's evaluations). Written by the same command.
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ from pathlib import Path
 import numpy as np
 
 from .advice import EVIDENCE_PATH
+from .loss_advice import LOSS_EVIDENCE_PATH
 from .io import open_text, write_text
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 WHOLE_RUNS = ("heldout_digits3", "heldout_init", "heldout_wide", "seconds_groups")
 MU_SOURCES = ("measured", "2", "6.84")
+LOSS_GRIDS = ("horizon_losses", "horizon_losses_lr2")  # theory.md 12.3
 
 
 def _warm_start(results: Path, curves: str, cache: dict) -> float:
@@ -69,14 +76,49 @@ def collect(results: Path = RESULTS) -> list[dict]:
     return sorted(records, key=lambda r: (r["family"], r["run_updates"], r["mu"]))
 
 
+def _loss_grid(name: str, curves: Path) -> dict:
+    """One loss grid's record from its compacted runs (module docstring)."""
+    cells: dict = {}
+    meta = set()
+    with open_text(str(curves)) as fh:
+        for line in filter(str.strip, fh):
+            run = json.loads(line)
+            s = run["settings"]
+            if s.get("schedule.mode") != "sync":
+                continue
+            key = (s["trainer.loss"], float(s["buffer.horizon"]))
+            cells.setdefault(key, {})[int(s["run.seed"])] = float(
+                np.mean(run["eval"]["eval_accuracy"]))
+            meta.add((run["eval"]["step"][-1], float(s["trainer.lr"]),
+                      float(s["schedule.replay_ratio"])))
+    if len(meta) != 1:
+        raise ValueError(f"loss grid {name}: its runs differ in (T, lr, y): {sorted(meta)}")
+    (steps, lr, y), = meta
+    return {"setting": name, "run_updates": int(steps), "lr": lr, "replay_ratio": y,
+            "cells": [{"loss": loss, "x": x, "seeds": sorted(by_seed),
+                       "auc": [round(by_seed[k], 6) for k in sorted(by_seed)]}
+                      for (loss, x), by_seed in sorted(cells.items())]}
+
+
+def collect_losses(results: Path = RESULTS) -> list[dict]:
+    """The loss evidence: one record per committed loss grid (module docstring), sorted."""
+    return [_loss_grid(name, results / name / "curves.jsonl.gz") for name in LOSS_GRIDS
+            if (results / name / "curves.jsonl.gz").exists()]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=str(RESULTS), help="the results folder")
     p.add_argument("--out", default=str(EVIDENCE_PATH), help="the evidence file to write")
+    p.add_argument("--loss-out", default=str(LOSS_EVIDENCE_PATH),
+                   help="the loss evidence file to write")
     a = p.parse_args(argv)
     records = collect(Path(a.results))
     write_text(a.out, json.dumps(records, indent=0, sort_keys=True) + "\n")
     print(f"{len(records)} evidence records -> {a.out}")
+    grids = collect_losses(Path(a.results))
+    write_text(a.loss_out, json.dumps(grids, indent=0, sort_keys=True) + "\n")
+    print(f"{len(grids)} loss grids -> {a.loss_out}")
     return 0
 
 
