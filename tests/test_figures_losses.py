@@ -1,40 +1,67 @@
-"""The horizon under each stale-rollout loss (figures.losses, theory.md section 12) pairs each
-loss's run with grpo's run of its seed and x: losses that are copies of grpo's runs differ by
-exactly 0, and the registered claims are read from the means."""
+"""The horizon under each stale-rollout loss (figures.losses and figures.losses.verdicts,
+theory.md section 12) pairs each loss's run with grpo's run of its seed and x: losses that
+are copies of grpo's runs differ by exactly 0, the registered claims are read from the means
+once every cell has runs, and the adaptive arms are paired with x = 64 of their loss."""
 
 import gzip
 import json
 from pathlib import Path
 
 from figures import losses
+from figures.losses.verdicts import LOSSES
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
-def test_copies_of_grpo_differ_by_nothing_and_claims_follow_the_means(tmp_path):
-    (tmp_path / "horizon_losses").mkdir()
-    out = gzip.open(tmp_path / "horizon_losses" / "curves.jsonl.gz", "wt")
+def _copies(folder: Path, name: str, *, longest: int | None = None, adaptive: bool = False):
+    """cpu_sweep_v3's lr 1e-4 runs of seeds 0-2 as a loss grid: every loss a copy of grpo's
+    run (x = 256 copied as ``longest`` too), or as adaptive arms copied from x = 64."""
+    (folder / name).mkdir()
+    out = gzip.open(folder / name / "curves.jsonl.gz", "wt")
     with gzip.open(RESULTS / "cpu_sweep_v3" / "curves.jsonl.gz", "rt") as src, out:
         for line in src:
             rec = json.loads(line)
             s = rec["settings"]
             if s.get("run.seed") not in (0, 1, 2) or s.get("trainer.lr") != 1e-4:
                 continue
-            if s.get("schedule.mode") == "on_policy":
+            if s.get("schedule.mode") == "on_policy" and not adaptive:
                 out.write(json.dumps(rec) + "\n")
-            elif s.get("schedule.replay_ratio") == 2.0:
-                for loss in losses.LOSSES:
-                    out.write(json.dumps({**rec, "settings": {**s, "trainer.loss": loss}})
-                              + "\n")
+            elif s.get("schedule.replay_ratio") != 2.0:
+                continue
+            elif adaptive and s.get("buffer.horizon") == 64:
+                for loss in ("grpo", "neg_clip"):
+                    for tau in (0.05, 0.2):
+                        out.write(json.dumps({**rec, "settings": {
+                            **s, "trainer.loss": loss, "buffer.drop_logr2": tau}}) + "\n")
+            elif not adaptive:
+                xs = [s["buffer.horizon"]] + ([longest] if s["buffer.horizon"] == 256 and
+                                              longest else [])
+                for loss in LOSSES:
+                    for x in xs:
+                        out.write(json.dumps({**rec, "settings": {
+                            **s, "trainer.loss": loss, "buffer.horizon": x}}) + "\n")
+
+
+def test_copies_of_grpo_differ_by_nothing_and_claims_follow_the_means(tmp_path):
+    _copies(tmp_path, "horizon_losses", longest=1024)
+    _copies(tmp_path, "horizon_losses_lr2")
+    _copies(tmp_path, "horizon_adaptive", adaptive=True)
     paths = losses.main(["--results", str(tmp_path), "--out", str(tmp_path / "out")])
     got = json.loads((tmp_path / "out" / "losses.json").read_text())
-    assert got["seeds"] == [0, 1, 2] and got["on_policy"] is not None
-    for loss, by_x in got["rows"].items():
-        assert set(k for k, r in by_x.items() if r) == {"4", "16", "64", "256"}
-        for r in by_x.values():
-            if r:
-                assert r["seeds"] == 3 and r["minus_grpo"] == [0.0, 0.0, 0.0]
-    assert len(set(got["best"].values())) == 1  # every copy has grpo's best x
-    # identical arms cannot sit 0.03 below grpo, so P3 fails; G1 is the same for every loss
-    assert got["claims"]["P3"] is False and len(set(got["claims"]["G1"].values())) == 1
+    one, two = got["setting1"], got["setting2"]
+    assert one["seeds"] == two["seeds"] == [0, 1, 2] and one["on_policy"] is not None
+    for v, xs in ((one, {"4", "16", "64", "256", "1024"}), (two, {"4", "16", "64", "256"})):
+        for by_x in v["rows"].values():
+            assert set(k for k, r in by_x.items() if r) == xs
+            assert all(r["seeds"] == 3 and r["minus"] == [0.0, 0.0, 0.0] for r in by_x.values())
+        assert len(set(v["best"].values())) == 1  # every copy has grpo's best x
+    # identical arms cannot sit 0.03 below grpo, so P3 and Q3 fail; G1 is the same for every
+    # loss; every loss's best cell ties grpo's (G2)
+    assert one["claims"]["P3"] is False and two["claims"]["Q3"] is False
+    assert len(set(one["claims"]["G1"].values())) == 1
+    assert all(d == [0.0, 0.0, 0.0] for d in one["claims"]["G2"].values())
+    # the adaptive copies are x = 64 itself: A1 holds, A2 (less staleness) fails
+    adaptive = got["adaptive"]
+    assert adaptive["claims"]["A1"] is True and adaptive["claims"]["A2"] is False
+    assert adaptive["rows"]["grpo"]["0.2"]["minus"] == [0.0, 0.0, 0.0]
     assert len(paths) == 6

@@ -1,0 +1,3 @@
+from figures.losses.report import main
+
+main()
