@@ -25,6 +25,7 @@ import json
 import math
 import os
 
+from replaytheory.advice import advise
 from replaytheory.checks import choice
 from replaytheory.cli_input import (Parser, existing_file, integer, missing_field, output_dir,
                                     read_json, real)
@@ -155,8 +156,17 @@ def make_prediction(config: str, overrides: dict, out: str, *, steps: int = 40,
                         "notes": list(cal.notes)}}
     registration["primary_measure"]["budget_replay_ratio"] = max(registration["replay_ratios"])
     registration["warm_start"] = calibration_warm_start(cal_dir)
+    registration["advice"] = advice_at(mus, cfg.run.steps)
     write_json(os.path.join(out, "prediction.json"), registration)
     return registration
+
+
+def advice_at(mus: dict, steps: int) -> dict:
+    """The calculator's advice from measurement (``replaytheory.advice``, theory.md 13) for a
+    run of ``steps`` updates at each mu of ``mus`` ({label: mu > 0}), registered beside the
+    model's predictions so that the same grid judges both: loss, x, y, band, provenance and
+    the framework names (``Advice.to_dict``)."""
+    return {key: advise(mu, steps).to_dict() for key, mu in mus.items()}
 
 
 def calibration_warm_start(cal_dir: str) -> dict:
@@ -301,6 +311,10 @@ def main(argv=None) -> int:
         print(f"note: {', '.join(edge)} put x* at the edge of the measured staleness "
               f"({measured:g} steps): a lower bound, not an optimum; --horizon and --steps "
               f"measure further")
+    for key, adv in reg.get("advice", {}).items():
+        print(f"{'advice (measured)':19s} mu = {key:>6s}: loss {adv['loss']}, "
+              f"x = {adv['horizon']:g}, y = {adv['replay_ratio']:.3g}, band x in "
+              f"{sorted({b['horizon'] for b in adv['band']})}")
     print(f"grid: x in {reg['horizons']}, y in {reg['replay_ratios']}; {path} (commit it "
           f"before verify)")
     return 0

@@ -30,6 +30,10 @@ def test_predict_writes_a_registration_that_brackets_every_prediction(tmp_path):
     assert set(pred["predictions_judged"]) == set(VARIANTS)  # the reuse probes are on
     assert pred["primary_variant"] in VARIANTS
     assert pred["measured_mu"] > 0
+    # the advice from measurement is registered beside the model's, at every mu judged
+    from replaytheory.advice import advise
+    assert set(pred["advice"]) == set(pred["predictions_judged"]["asymptotic"])
+    assert pred["advice"]["6.84"] == json.loads(json.dumps(advise(6.84, 12).to_dict()))
     for by_mu in pred["predictions_judged"].values():
         assert len(by_mu) == 3  # the measured mu, 2 and 6.84
         for xy in by_mu.values():
