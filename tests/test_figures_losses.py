@@ -13,9 +13,11 @@ from figures.losses.verdicts import LOSSES
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
-def _copies(folder: Path, name: str, *, longest: int | None = None, adaptive: bool = False):
+def _copies(folder: Path, name: str, *, longest: int | None = None, adaptive: bool = False,
+            only=None):
     """cpu_sweep_v3's lr 1e-4 runs of seeds 0-2 as a loss grid: every loss a copy of grpo's
-    run (x = 256 copied as ``longest`` too), or as adaptive arms copied from x = 64."""
+    run (x = 256 copied as ``longest`` too; only the horizons ``only`` when given), or as
+    adaptive arms copied from x = 64."""
     (folder / name).mkdir()
     out = gzip.open(folder / name / "curves.jsonl.gz", "wt")
     with gzip.open(RESULTS / "cpu_sweep_v3" / "curves.jsonl.gz", "rt") as src, out:
@@ -33,7 +35,7 @@ def _copies(folder: Path, name: str, *, longest: int | None = None, adaptive: bo
                     for tau in (0.05, 0.2):
                         out.write(json.dumps({**rec, "settings": {
                             **s, "trainer.loss": loss, "buffer.drop_logr2": tau}}) + "\n")
-            elif not adaptive:
+            elif not adaptive and (only is None or s["buffer.horizon"] in only):
                 xs = [s["buffer.horizon"]] + ([longest] if s["buffer.horizon"] == 256 and
                                               longest else [])
                 for loss in LOSSES:
@@ -46,6 +48,7 @@ def test_copies_of_grpo_differ_by_nothing_and_claims_follow_the_means(tmp_path):
     _copies(tmp_path, "horizon_losses", longest=1024)
     _copies(tmp_path, "horizon_losses_lr2")
     _copies(tmp_path, "horizon_adaptive", adaptive=True)
+    _copies(tmp_path, "horizon_losses_lr", only=(64, 256))
     paths = losses.main(["--results", str(tmp_path), "--out", str(tmp_path / "out")])
     got = json.loads((tmp_path / "out" / "losses.json").read_text())
     one, two = got["setting1"], got["setting2"]
@@ -64,4 +67,10 @@ def test_copies_of_grpo_differ_by_nothing_and_claims_follow_the_means(tmp_path):
     adaptive = got["adaptive"]
     assert adaptive["claims"]["A1"] is True and adaptive["claims"]["A2"] is False
     assert adaptive["rows"]["grpo"]["0.2"]["minus"] == [0.0, 0.0, 0.0]
+    # the second learning rate copies lr 1e-4: no gain over itself (L1 fails), and every
+    # loss is grpo at x = 64
+    second = got["second_lr"]
+    assert second["claims"]["L1"] is False and second["claims"]["L2"] is False
+    assert all(by["64.0"]["minus"] == [0.0, 0.0, 0.0] == by["grpo_64"]["minus"]
+               for by in second["rows"].values())
     assert len(paths) == 6

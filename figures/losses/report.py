@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.losses.verdicts import (ADAPTIVE, LOSSES, SETTING1, SETTING2, adaptive_rows,
-                                     claims_adaptive, claims_setting1, claims_setting2, load,
-                                     rows_of)
+from figures.losses.verdicts import (ADAPTIVE, LOSSES, LR_ARM, SETTING1, SETTING2,
+                                     adaptive_rows, claims_adaptive, claims_lr, claims_setting1,
+                                     claims_setting2, load, lr_rows, rows_of)
 from figures.style import ON_POLICY_COLOR, PALETTE, plt, save, write_text
 from figures.unclipped import RESULTS, auc
 
@@ -64,7 +64,14 @@ def _claims(claims: dict) -> list[str]:
     return out
 
 
-def table(v: dict, title: str, registered: str, evaluations: int) -> str:
+def _status(n: int, registered: int) -> str:
+    """Whether the claims below, judged on ``n`` seeds, are the verdict or an interim
+    reading."""
+    return ("the verdict" if n >= registered else
+            f"INTERIM, not the verdict: {n} of the {registered} registered seeds")
+
+
+def table(v: dict, title: str, registered: str, evaluations: int, seeds: int) -> str:
     """One grid's verdict as markdown."""
     onp = v["on_policy"]
     lines = [f"## {title}", "",
@@ -79,11 +86,11 @@ def table(v: dict, title: str, registered: str, evaluations: int) -> str:
                 lines.append(f"| {loss} | {x} | {r['seeds']} | {_cell(r['auc'])} | {diff} |")
     lines += ["", "Best x per loss (mean AUC): " +
               ", ".join(f"{k} {x}" for k, x in v["best"].items()), "",
-              f"Registered claims ({registered}):", ""]
+              f"Registered claims ({registered}; {_status(len(v['seeds']), seeds)}):", ""]
     return "\n".join(lines + _claims(v["claims"])) + "\n"
 
 
-def adaptive_table(rows: dict, claims: dict) -> str:
+def adaptive_table(rows: dict, claims: dict, seeds: int) -> str:
     """The adaptive horizon against x = 64 of the same loss, as markdown."""
     lines = ["## The adaptive horizon (A1-A3, experiments/horizon_adaptive.yaml)", "",
              "| loss | drop (log r)^2 > | seeds | AUC | minus x = 64 | staleness (adaptive, "
@@ -94,7 +101,9 @@ def adaptive_table(rows: dict, claims: dict) -> str:
                 st = r["staleness"]
                 lines.append(f"| {loss} | {tau:g} | {r['seeds']} | {_cell(r['auc'])} | "
                              f"{_cell(r['minus'])} | {st[0]:.1f}, {st[1]:.1f} |")
-    return "\n".join(lines + ["", "Registered claims:", ""] + _claims(claims)) + "\n"
+    have = max((r["seeds"] for by_tau in rows.values() for r in by_tau.values() if r), default=0)
+    return "\n".join(lines + ["", f"Registered claims ({_status(have, seeds)}):", ""] +
+                     _claims(claims)) + "\n"
 
 
 def _panel(ax, v: dict, title: str) -> None:
@@ -158,6 +167,23 @@ def draw_diagnostics(d: dict):
     return fig
 
 
+def lr_table(rows: dict, claims: dict, seeds: int) -> str:
+    """Each loss at its second learning rate against its lr 1e-4 cell, as markdown."""
+    lines = ["## One more learning rate (L1-L4, experiments/horizon_losses_lr.yaml)", "",
+             "5e-5 for m2po, cispo, neg_cap; 2e-4 for grpo, neg_clip, neg_veto.", "",
+             "| loss | x | seeds | AUC | minus its lr 1e-4 | minus grpo lr 1e-4 at x = 64 |",
+             "|---|---|---|---|---|---|"]
+    for loss, by_x in rows.items():
+        for x, r in by_x.items():
+            if r and x != "grpo_64":
+                vs = _cell(by_x["grpo_64"]["minus"]) if x == 64.0 and by_x["grpo_64"] else "-"
+                lines.append(f"| {loss} | {x:g} | {r['seeds']} | {_cell(r['auc'])} | "
+                             f"{_cell(r['minus'])} | {vs} |")
+    have = max((r["seeds"] for by in rows.values() for r in by.values() if r), default=0)
+    return "\n".join(lines + ["", f"Registered claims ({_status(have, seeds)}):", ""] +
+                     _claims(claims)) + "\n"
+
+
 def _record(v: dict) -> dict:
     return {**v, "rows": {k: {str(x): r for x, r in by_x.items()} for k, by_x in v["rows"].items()}}
 
@@ -174,15 +200,19 @@ def main(argv=None) -> list[Path]:
     adaptive, _ = load(folder, ADAPTIVE, key="buffer.drop_logr2")
     ad_rows = adaptive_rows(adaptive, arms)
     ad_claims = claims_adaptive(adaptive, arms, one["rows"])
+    second, _ = load(folder, LR_ARM)
+    l_rows, l_claims = lr_rows(second, arms), claims_lr(second, arms)
     text = ("# The horizon under each stale-rollout loss (theory.md section 12)\n\n" +
             table(one, "Setting 1: cpu_sweep_v3's, lr 1e-4, 300 updates",
-                  "P1-P5, experiments/horizon_losses.yaml", 13) + "\n" +
+                  "P1-P5, experiments/horizon_losses.yaml", 13, 10) + "\n" +
             table(two, "Setting 2: horizon_lr2's, lr 2e-4, 100 updates",
-                  "Q1-Q3, experiments/horizon_losses_lr2.yaml", 11) + "\n" +
-            adaptive_table(ad_rows, ad_claims))
+                  "Q1-Q3, experiments/horizon_losses_lr2.yaml", 11, 5) + "\n" +
+            adaptive_table(ad_rows, ad_claims, 5) + "\n" + lr_table(l_rows, l_claims, 5))
     record = {"setting1": _record(one), "setting2": _record(two),
               "adaptive": {"rows": {k: {str(t): r for t, r in by.items()}
-                                    for k, by in ad_rows.items()}, "claims": ad_claims}}
+                                    for k, by in ad_rows.items()}, "claims": ad_claims},
+              "second_lr": {"rows": {k: {str(x): r for x, r in by.items()}
+                                     for k, by in l_rows.items()}, "claims": l_claims}}
     return [write_text(text, "losses.md", a.out),
             write_text(json.dumps(record, indent=1), "losses.json", a.out),
             *save(draw(one, two), "losses", a.out),

@@ -1,7 +1,8 @@
 """The verdicts of the three registered loss grids (theory.md 12.3-12.4,
 docs/experiments/horizon_losses.md), for ``figures.losses.report``: setting 1 (P1-P5,
 ``experiments/horizon_losses.yaml``), setting 2 (Q1-Q3, ``horizon_losses_lr2.yaml``) and the
-adaptive horizon (A1-A3, ``horizon_adaptive.yaml``).
+adaptive horizon (A1-A3, ``horizon_adaptive.yaml``) and each loss at a second learning rate (L1-L4,
+``horizon_losses_lr.yaml``).
 
 AUC is the mean eval accuracy over a run's evaluations; intervals are 95% seed-bootstrap
 intervals, differences paired by seed. Where a registered claim left a word to judge, the
@@ -173,3 +174,42 @@ def claims_adaptive(adaptive: dict, fixed: dict, rows: dict) -> dict:
         "A3": bool(all(r["auc"][0] <= best_fixed + 0.01 for by in ar.values()
                        for r in by.values() if r)),
         "best_fixed": {"loss": top[0], "x": top[1], "auc_on_adaptive_seeds": best_fixed}}
+
+
+LR_ARM = "horizon_losses_lr"
+SLOWER = ("m2po", "cispo", "neg_cap")  # at 5e-5 in LR_ARM; the clipped losses at 2e-4
+
+
+def lr_rows(lr_arms: dict, fixed: dict) -> dict:
+    """{loss: {x: paired(second lr, its own lr 1e-4 cell)}} and, at x = 64, against grpo at
+    1e-4 (``"grpo_64"``)."""
+    rng = np.random.default_rng(3)
+    out: dict = {}
+    for loss, by_x in lr_arms.items():
+        for x, runs in by_x.items():
+            out.setdefault(loss, {})[x] = paired(runs, fixed.get(loss, {}).get(x, {}), rng)
+        out[loss]["grpo_64"] = paired(by_x.get(64.0, {}), fixed.get("grpo", {}).get(64.0, {}),
+                                      rng)
+    return out
+
+
+def claims_lr(lr_arms: dict, fixed: dict) -> dict:
+    """L1-L4 (experiments/horizon_losses_lr.yaml), once every cell has runs."""
+    rows = lr_rows(lr_arms, fixed)
+    if not all(rows.get(k, {}).get(x) for k in LOSSES for x in (64.0, 256.0)):
+        return {}
+    clipped = [k for k in LOSSES if k not in SLOWER]
+    seeds = sorted(set.intersection(*(set(r) for by in lr_arms.values() for r in by.values())))
+
+    def mean64(arms: dict, loss: str) -> float:
+        runs = arms[loss][64.0]
+        return float(np.mean([auc(runs[s]) for s in seeds if s in runs]))
+    at64 = {(k, "second"): mean64(lr_arms, k) for k in LOSSES}
+    at64.update({(k, "1e-4"): mean64(fixed, k) for k in LOSSES})
+    top = max(at64, key=at64.get)
+    return {
+        "L1": bool(all(rows[k][64.0]["minus"][0] > 0 for k in SLOWER)),
+        "L2": bool(all(rows[k]["grpo_64"]["minus"][0] < -0.02 for k in SLOWER)),
+        "L3": bool(all(rows[k][256.0]["auc"][0] < rows[k][64.0]["auc"][0] - 0.01
+                       for k in clipped)),
+        "L4": bool(top[0] in clipped), "best_at_64": {"loss": top[0], "lr": top[1]}}
