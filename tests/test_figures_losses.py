@@ -48,6 +48,7 @@ def test_copies_of_grpo_differ_by_nothing_and_claims_follow_the_means(tmp_path):
     _copies(tmp_path, "horizon_losses", longest=1024)
     _copies(tmp_path, "horizon_losses_lr2")
     _copies(tmp_path, "horizon_adaptive", adaptive=True)
+    _copies(tmp_path, "horizon_adaptive_lr2", adaptive=True)
     _copies(tmp_path, "horizon_losses_lr", only=(64, 256))
     paths = losses.main(["--results", str(tmp_path), "--out", str(tmp_path / "out")])
     got = json.loads((tmp_path / "out" / "losses.json").read_text())
@@ -67,6 +68,8 @@ def test_copies_of_grpo_differ_by_nothing_and_claims_follow_the_means(tmp_path):
     adaptive = got["adaptive"]
     assert adaptive["claims"]["A1"] is True and adaptive["claims"]["A2"] is False
     assert adaptive["rows"]["grpo"]["0.2"]["minus"] == [0.0, 0.0, 0.0]
+    # on setting 2 the same copies tie x = 64: B1 (a gain) fails, B2 (within 0.02) holds
+    assert got["adaptive2"]["claims"]["B1"] is False and got["adaptive2"]["claims"]["B2"] is True
     # the second learning rate copies lr 1e-4: no gain over itself (L1 fails), and every
     # loss is grpo at x = 64
     second = got["second_lr"]

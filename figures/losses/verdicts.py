@@ -1,7 +1,8 @@
 """The verdicts of the three registered loss grids (theory.md 12.3-12.4,
 docs/experiments/horizon_losses.md), for ``figures.losses.report``: setting 1 (P1-P5,
 ``experiments/horizon_losses.yaml``), setting 2 (Q1-Q3, ``horizon_losses_lr2.yaml``) and the
-adaptive horizon (A1-A3, ``horizon_adaptive.yaml``) and each loss at a second learning rate (L1-L4,
+adaptive horizon (A1-A3, ``horizon_adaptive.yaml``; B1-B3 on setting 2, ``horizon_adaptive_lr2.yaml``) and
+each loss at a second learning rate (L1-L4,
 ``horizon_losses_lr.yaml``).
 
 AUC is the mean eval accuracy over a run's evaluations; intervals are 95% seed-bootstrap
@@ -26,6 +27,7 @@ LOSSES = ("grpo", "neg_clip", "m2po", "cispo", "neg_veto", "neg_cap")
 SETTING1 = ("horizon_losses", (4, 16, 64, 256, 1024))
 SETTING2 = ("horizon_losses_lr2", (4, 16, 64, 256))
 ADAPTIVE = "horizon_adaptive"
+ADAPTIVE2 = "horizon_adaptive_lr2"
 UNCLIPPED_LIKE = ("m2po", "cispo", "neg_cap")  # predicted to lose to grpo (P3, Q3)
 NEG_CLIPPED = ("neg_clip", "neg_veto")  # predicted to match grpo (P3, Q3)
 
@@ -152,18 +154,28 @@ def adaptive_rows(adaptive: dict, fixed: dict) -> dict:
     return out
 
 
+def _best_fixed(adaptive: dict, fixed: dict, rows: dict) -> dict:
+    """The best fixed (loss, x) cell by mean AUC, its mean over the adaptive arms' seeds."""
+    means, _ = means_best(rows)
+    top = max(((k, x) for k in means for x in means[k]), key=lambda kx: means[kx[0]][kx[1]])
+    seeds = set.intersection(*(set(r) for by_tau in adaptive.values() for r in by_tau.values()))
+    runs = fixed[top[0]][float(top[1])]
+    return {"loss": top[0], "x": top[1],
+            "auc_on_adaptive_seeds": float(np.mean([auc(runs[s]) for s in sorted(seeds)
+                                                    if s in runs]))}
+
+
+def _adaptive_ready(ar: dict) -> bool:
+    return all(ar.get(k, {}).get(t) for k in ("grpo", "neg_clip") for t in (0.05, 0.2))
+
+
 def claims_adaptive(adaptive: dict, fixed: dict, rows: dict) -> dict:
     """A1-A3 (experiments/horizon_adaptive.yaml) against setting 1's cells on the same seeds,
     once both losses have both thresholds."""
     ar = adaptive_rows(adaptive, fixed)
-    if not all(ar.get(k, {}).get(t) for k in ("grpo", "neg_clip") for t in (0.05, 0.2)):
+    if not _adaptive_ready(ar):
         return {}
-    means, best = means_best(rows)
-    top = max(((k, x) for k in means for x in means[k]), key=lambda kx: means[kx[0]][kx[1]])
-    seeds = sorted(set.intersection(*(set(r) for by_tau in adaptive.values()
-                                      for r in by_tau.values())))
-    best_fixed = float(np.mean([auc(fixed[top[0]][float(top[1])][s]) for s in seeds
-                                if s in fixed[top[0]][float(top[1])]]))
+    best = _best_fixed(adaptive, fixed, rows)
     loose = [ar[k][0.2] for k in ("grpo", "neg_clip")]
     tight = [ar[k][0.05] for k in ("grpo", "neg_clip")]
     return {
@@ -171,9 +183,24 @@ def claims_adaptive(adaptive: dict, fixed: dict, rows: dict) -> dict:
                        for r in loose)),
         "A2": bool(all(r["staleness"][0] < r["staleness"][1] and r["minus"][0] < -0.01
                        for r in tight)),
-        "A3": bool(all(r["auc"][0] <= best_fixed + 0.01 for by in ar.values()
-                       for r in by.values() if r)),
-        "best_fixed": {"loss": top[0], "x": top[1], "auc_on_adaptive_seeds": best_fixed}}
+        "A3": bool(all(r["auc"][0] <= best["auc_on_adaptive_seeds"] + 0.01
+                       for by in ar.values() for r in by.values() if r)),
+        "best_fixed": best}
+
+
+def claims_adaptive2(adaptive: dict, fixed: dict, rows: dict) -> dict:
+    """B1-B3 (experiments/horizon_adaptive_lr2.yaml) against setting 2's cells on the same
+    seeds, once both losses have both thresholds."""
+    ar = adaptive_rows(adaptive, fixed)
+    if not _adaptive_ready(ar):
+        return {}
+    best = _best_fixed(adaptive, fixed, rows)
+    return {
+        "B1": bool(all(ar[k][0.05]["minus"][0] > 0.01 for k in ("grpo", "neg_clip"))),
+        "B2": bool(all(abs(ar[k][0.2]["minus"][0]) <= 0.02 for k in ("grpo", "neg_clip"))),
+        "B3": bool(all(r["auc"][0] <= best["auc_on_adaptive_seeds"] + 0.01
+                       for by in ar.values() for r in by.values() if r)),
+        "best_fixed": best}
 
 
 LR_ARM = "horizon_losses_lr"
