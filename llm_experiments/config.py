@@ -390,6 +390,20 @@ class ScheduleConfig(_Section):
     injected_gen_sigma: spread of that delay: each call sleeps ``injected_gen_delay *
         exp(sigma * z)``, z standard normal from the actor's own seeded stream (a lognormal
         straggler distribution); in [0, 5], 0 = a fixed delay. Needs injected_gen_delay > 0.
+    engine "overlap" (``engines.overlap``): sampler and trainer side by side in one process,
+        each on its own core (a sampler thread; keep ``run.threads`` = 1 so that each side
+        computes on the thread that calls torch). The sampler makes the quotas of mode
+        "on_policy" or "sync" (chunk s = the groups due before trainer step s) with the newest
+        weights the trainer published (every ``refresh_every`` steps, without waiting for the
+        sampler); the trainer's step t waits until chunks 0..t are in the buffer. So the
+        replay ratio is that of the serial schedule, and the staleness (consumption lag,
+        trainer step minus the version that made a rollout) counts the time a chunk waits in
+        the handoff queue. One sampler and one trainer (workers = trainers = 1), no probes.
+        Not bitwise: which weights make a chunk depends on the clock.
+    overlap_ahead: chunks the sampler may hold finished in the handoff queue, waiting for
+        the trainer (engine "overlap" only), in [1, 64]; the sampler then also has one chunk in
+        the making, so it runs at most overlap_ahead + 1 steps ahead of the trainer. 1 (the
+        default) keeps the staleness lowest; more absorbs jitter between the sides.
     """
 
     SECTION: ClassVar[str] = "schedule"
@@ -405,6 +419,7 @@ class ScheduleConfig(_Section):
     engine: str = _choice("emulated", ENGINES)
     injected_gen_delay: float = _real(0.0, 0.0, 600.0)
     injected_gen_sigma: float = _real(0.0, 0.0, 5.0)
+    overlap_ahead: int = _int(1, 1, 64)
 
     def check(self) -> None:
         """mu is given for emulated async; the Ray engine runs async only, at the real
@@ -429,6 +444,25 @@ class ScheduleConfig(_Section):
         if self.injected_gen_sigma > 0 and self.injected_gen_delay == 0:
             raise ValueError(f"schedule.injected_gen_sigma ({self.injected_gen_sigma:g}) needs "
                              f"schedule.injected_gen_delay > 0 (the median it spreads)")
+        if self.engine == "overlap":
+            self._check_overlap()
+        elif self.overlap_ahead != 1:
+            raise ValueError(f"schedule.overlap_ahead ({self.overlap_ahead}) needs "
+                             f"schedule.engine=overlap, got schedule.engine={self.engine}")
+
+    def _check_overlap(self) -> None:
+        """engine "overlap": the serial quotas (on_policy, sync) with one sampler thread and
+        one trainer; the latency comes from the clock."""
+        if self.mode not in ("on_policy", "sync"):
+            raise ValueError(f"schedule.engine=overlap needs schedule.mode in [on_policy, sync] "
+                             f"(the serial quotas, overlapped), got schedule.mode={self.mode}")
+        if self.workers != 1 or self.trainers != 1:
+            raise ValueError(f"schedule.engine=overlap runs one sampler and one trainer: "
+                             f"schedule.workers and schedule.trainers must be 1, got "
+                             f"{self.workers} and {self.trainers}")
+        if self.latency_steps != -1:
+            raise ValueError(f"schedule.latency_steps must be -1 with schedule.engine=overlap: "
+                             f"the latency is the real one, got {self.latency_steps}")
 
 
 @dataclass
@@ -745,7 +779,7 @@ def check_resolved(cfg: Config) -> None:
     if sc.mode != "on_policy":
         rate = rollouts_per_step(sc, sc.mu_accounting)
         # The Ray engine's samplers wait while the LIFO queue is full: nothing is wasted.
-        if b.lifo and sc.engine == "emulated" and rate > B + 1e-9:
+        if b.lifo and sc.engine != "ray" and rate > B + 1e-9:
             raise ValueError(f"buffer.lifo=true uses each rollout once, so the rollouts made "
                              f"per step (B / schedule.replay_ratio in sync, B W / (T mu) in "
                              f"async; here {rate:g}) must be <= schedule.batch_size ({B}): "
@@ -783,6 +817,10 @@ def check_resolved(cfg: Config) -> None:
                          f"the trainer scores the full softmax, so a fresh sample's importance "
                          f"ratio would be below 1; allowed: sampler.top_p=1, or "
                          f"trainer.loss=asymre (no ratio) with any top_p in (0, 1]")
+    if sc.engine == "overlap" and (cfg.probe.every or cfg.probe.contribution):
+        raise ValueError(f"probe.every ({cfg.probe.every}) must be 0 and probe.contribution "
+                         f"false with schedule.engine=overlap: the probes read the sampler's "
+                         f"weights mid-step, which the sampler thread owns there")
     for name in ("panel_groups", "align_groups"):
         if getattr(cfg.probe, name) and cfg.schedule.engine != "emulated":
             raise ValueError(f"probe.{name} > 0 (long-range panels) runs on "
