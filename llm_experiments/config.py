@@ -33,7 +33,7 @@ from replaytheory.fit.probes import ALIGN_VARIANTS
 
 # Only leaves, modules that import nothing of ours: the subsystems import this module, so
 # anything more would close a circle (tests/test_imports.py).
-from .engines import ENGINES
+from .engines import ENGINES, OVERLAP_SAMPLERS
 from .engines.ray_plan import chunk_groups, lifo_min_capacity
 from .policy.choices import DTYPE_NAMES
 from .rl.choices import LAYOUTS, LOSSES, MODES, RATIO_LOSSES
@@ -390,9 +390,9 @@ class ScheduleConfig(_Section):
     injected_gen_sigma: spread of that delay: each call sleeps ``injected_gen_delay *
         exp(sigma * z)``, z standard normal from the actor's own seeded stream (a lognormal
         straggler distribution); in [0, 5], 0 = a fixed delay. Needs injected_gen_delay > 0.
-    engine "overlap" (``engines.overlap``): sampler and trainer side by side in one process,
-        each on its own core (a sampler thread; keep ``run.threads`` = 1 so that each side
-        computes on the thread that calls torch). The sampler makes the quotas of mode
+    engine "overlap" (``engines.overlap``): sampler and trainer side by side, each on its own
+        core (``overlap_sampler``; keep ``run.threads`` = 1 on a small machine, so that the
+        sides do not share a thread pool). The sampler makes the quotas of mode
         "on_policy" or "sync" (chunk s = the groups due before trainer step s) with the newest
         weights the trainer published (every ``refresh_every`` steps, without waiting for the
         sampler); the trainer's step t waits until chunks 0..t are in the buffer. So the
@@ -404,6 +404,10 @@ class ScheduleConfig(_Section):
         the trainer (engine "overlap" only), in [1, 64]; the sampler then also has one chunk in
         the making, so it runs at most overlap_ahead + 1 steps ahead of the trainer. 1 (the
         default) keeps the staleness lowest; more absorbs jitter between the sides.
+    overlap_sampler: where the overlapped sampler runs (engine "overlap" only): "thread" (a
+        thread of the run's process; the Python between torch operators of both sides shares
+        the GIL) or "process" (a child process, spawned, that loads the policy as the run
+        does; weights through shared memory; a few seconds of start-up, no GIL sharing).
     """
 
     SECTION: ClassVar[str] = "schedule"
@@ -420,6 +424,7 @@ class ScheduleConfig(_Section):
     injected_gen_delay: float = _real(0.0, 0.0, 600.0)
     injected_gen_sigma: float = _real(0.0, 0.0, 5.0)
     overlap_ahead: int = _int(1, 1, 64)
+    overlap_sampler: str = _choice("thread", OVERLAP_SAMPLERS)
 
     def check(self) -> None:
         """mu is given for emulated async; the Ray engine runs async only, at the real
@@ -446,8 +451,9 @@ class ScheduleConfig(_Section):
                              f"schedule.injected_gen_delay > 0 (the median it spreads)")
         if self.engine == "overlap":
             self._check_overlap()
-        elif self.overlap_ahead != 1:
-            raise ValueError(f"schedule.overlap_ahead ({self.overlap_ahead}) needs "
+        elif self.overlap_ahead != 1 or self.overlap_sampler != "thread":
+            raise ValueError(f"schedule.overlap_ahead ({self.overlap_ahead}) and "
+                             f"schedule.overlap_sampler ({self.overlap_sampler}) need "
                              f"schedule.engine=overlap, got schedule.engine={self.engine}")
 
     def _check_overlap(self) -> None:

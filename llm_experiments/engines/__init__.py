@@ -16,3 +16,5 @@
 
 # ``schedule.engine`` is one of these.
 ENGINES = ("emulated", "ray", "overlap")
+# Where the overlapped engine's sampler runs (``schedule.overlap_sampler``).
+OVERLAP_SAMPLERS = ("thread", "process")

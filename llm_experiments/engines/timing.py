@@ -13,7 +13,7 @@ Per side, the keys ``SIDE_KEYS``, which sum to the run's wall time exactly:
 * eval: held-out evaluations; probe: gradient probes; checkpoint: writing checkpoints;
 * idle: waiting for the other side. Serial: the other side's work (one core, in turns).
   Overlapped: measured blocking (the trainer waiting for a chunk, the sampler waiting for
-  room in the handoff queue);
+  an order, i.e. for room in the bounded handoff);
 * other: the rest (inserting and drawing from the buffer, logging, weight publishing; in the
   serial engine also anything neither side's timers cover).
 """
@@ -57,9 +57,9 @@ def serial_breakdown(c: dict) -> dict:
 
 def overlap_breakdown(c: dict, sampler_seconds: dict, trainer_wait: float) -> dict:
     """The breakdown of an overlapped run from its counters ``c`` (the trainer's clock),
-    ``sampler_seconds`` (the sampler thread's own: generate, grade, idle, every chunk it
-    made, those still queued included) and ``trainer_wait`` (seconds the trainer waited for a
-    chunk)."""
+    ``sampler_seconds`` (the sampler's own, generate, grade and idle = waiting for an order,
+    of the chunks the trainer has taken; the sampler's start-up and the chunk in the making
+    fall in ``other``) and ``trainer_wait`` (seconds the trainer waited for a chunk)."""
     wall = c["wall_time"]
     _, trainer = _parts(c)
     sampler = {k: sampler_seconds[k] for k in SAMPLER_PARTS}
