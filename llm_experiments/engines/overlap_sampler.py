@@ -152,12 +152,23 @@ class ChunkMaker:
                      int(sum(len(p) for p in prompts) + gen.lengths.sum()))
 
 
-def serve(maker: ChunkMaker, weights, orders, results) -> None:
+def _next_order(orders, alive) -> ChunkOrder | None:
+    """The next order, waiting for it; None to stop (a None order, or ``alive()`` false)."""
+    while True:
+        try:
+            return orders.get(timeout=POLL_SECONDS)
+        except queue.Empty:
+            if not alive():
+                return None
+
+
+def serve(maker: ChunkMaker, weights, orders, results, alive=lambda: True) -> None:
     """The sampler loop: take an order (None = stop), make its chunk, put it; an error is
-    put as a ``SamplerFailure`` and ends the loop."""
+    put as a ``SamplerFailure`` and ends the loop, and so does ``alive()`` turning false
+    while it waits (a sampler process whose run was killed)."""
     while True:
         t0 = time.perf_counter()
-        order = orders.get()
+        order = _next_order(orders, alive)
         if order is None:
             return
         try:
@@ -183,7 +194,8 @@ def _process_main(cfg, weights: SharedWeights, orders, results) -> None:
     except Exception as exc:
         results.put(SamplerFailure(f"start-up: {type(exc).__name__}: {exc}".splitlines()[0]))
         return
-    serve(maker, weights, orders, results)
+    import multiprocessing
+    serve(maker, weights, orders, results, alive=multiprocessing.parent_process().is_alive)
 
 
 class SamplerSide:
