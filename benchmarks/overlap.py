@@ -27,6 +27,9 @@ Measured in the steady window, from the record of step ``SKIP`` to that of the l
 * contention: each side's busy seconds per step in the overlapped run over the serial run's
   (> 1: the side slowed down beside the other, e.g. on the GIL or memory bandwidth).
 
+The result also keeps each run's whole ``time_breakdown`` (serial on-policy from the
+balancing run, serial sync and overlapped from each round), for the bars per schedule.
+
 The Ray engine is not measured here: its driver is still in the per-step loop (issue 37
 part 2's Ray item is open), see ``benchmarks/ray_engine.py``.
 
@@ -59,6 +62,12 @@ EVAL_SIZE = 16
 QUICK = ["schedule.batch_size=16", "schedule.group_size=4", "task.eval_size=8",
          "buffer.capacity=128"]
 SIDES = {"sampler": ("generate", "grade"), "trainer": ("update",)}
+# The columns printed per run (side_ratio: the serial run's sampler seconds per step over its
+# update seconds, 1 = balanced).
+RUN_COLUMNS = ["max_concurrent", "sampler", "replay_ratio", "side_ratio",
+               "serial_updates_per_s", "overlap_updates_per_s", "sampler_alone_per_s",
+               "trainer_alone_per_s", "efficiency", "speedup", "ideal_speedup",
+               "sampler_contention", "trainer_contention", "load_1min"]
 
 
 def one_run(config: str, overrides: list[str]) -> tuple[dict, list[dict]]:
@@ -75,10 +84,14 @@ def one_run(config: str, overrides: list[str]) -> tuple[dict, list[dict]]:
 
 def window(records: list[dict]) -> dict:
     """Steps, seconds and per-side busy seconds between the records of step ``SKIP`` and of
-    the last step (the final evaluation's record is left out)."""
-    rows = sorted(records, key=lambda r: r["step"])[:-1]  # the last: the final evaluation
+    the last step (the final evaluation's record is left out), and the run's whole time
+    breakdown (``engines/timing.py``, from the final record: for the bars per schedule)."""
+    rows = sorted(records, key=lambda r: r["step"])
+    whole = rows[-1]["time_breakdown"]
+    rows = rows[:-1]  # the last: the final evaluation
     a, b = next(r for r in rows if r["step"] >= SKIP), rows[-1]
-    out = {"steps": b["step"] - a["step"], "seconds": b["wall_time"] - a["wall_time"]}
+    out = {"steps": b["step"] - a["step"], "seconds": b["wall_time"] - a["wall_time"],
+           "time_breakdown": whole}
     for side, parts in SIDES.items():
         out[side] = sum(b["time_breakdown"][side][k] - a["time_breakdown"][side][k]
                         for k in parts)
@@ -93,7 +106,7 @@ def side_ratio(config: str, base: list[str], steps: int, y: float | None) -> dic
     summary, _ = one_run(config, [*base, *mode, f"run.steps={steps}", f"eval.every={steps}",
                                   f"run.checkpoint_every={steps}"])
     tb = summary["time_breakdown"]
-    return {"mu_measured": summary["mu_measured"],
+    return {"mu_measured": summary["mu_measured"], "time_breakdown": tb,
             "ratio": sum(tb["sampler"][k] for k in SIDES["sampler"]) / tb["trainer"]["update"]}
 
 
@@ -112,7 +125,7 @@ def balancing_ratio(config: str, base: list[str], steps: int, rounds: int,
             break
         y = min(most, max(1.0, y * r))
     return {"mu_measured": first["mu_measured"], "ratios_seen": trail,
-            "replay_ratio": round(y, 2)}
+            "replay_ratio": round(y, 2), "on_policy_time_breakdown": first["time_breakdown"]}
 
 
 def pair(config: str, base: list[str], y: float, steps: int, level: int,
@@ -134,11 +147,14 @@ def pair(config: str, base: list[str], y: float, steps: int, level: int,
             "max_concurrent": level, "sampler": where, "replay_ratio": y,
             "serial_updates_per_s": serial_rate, "overlap_updates_per_s": rate,
             "sampler_alone_per_s": alone["sampler"], "trainer_alone_per_s": alone["trainer"],
+            "side_ratio": alone["trainer"] / alone["sampler"],
             "efficiency": rate / slower, "speedup": rate / serial_rate,
             "ideal_speedup": slower / serial_rate,
             **{f"{side}_contention": ov[side] / ov["steps"] / (serial[side] / serial["steps"])
                for side in SIDES},
-            "load_1min": os.getloadavg()[0]})
+            "load_1min": os.getloadavg()[0],
+            "time_breakdown": {"serial": serial["time_breakdown"],
+                               "overlap": ov["time_breakdown"]}})
     return rows
 
 
@@ -208,14 +224,11 @@ def main(argv=None) -> int:
                     "serial_updates_per_s")}
             levels.append({"max_concurrent": level, "sampler": where, **bal,
                            "replay_ratio": y, **med})
-    cols = ["max_concurrent", "sampler", "replay_ratio", "serial_updates_per_s", "overlap_updates_per_s",
-            "sampler_alone_per_s", "trainer_alone_per_s", "efficiency", "speedup",
-            "ideal_speedup", "sampler_contention", "trainer_contention", "load_1min"]
-    print_table(runs, cols)
+    print_table(runs, RUN_COLUMNS)
     print("\nmedians per level (goals: efficiency >= 0.9 in process; speedup >= 1.4 at the "
           "balancing replay ratio)")
-    print_table(levels, ["max_concurrent", "sampler", "mu_measured", "replay_ratio", "efficiency",
-                         "speedup", "ideal_speedup"])
+    print_table(levels, ["max_concurrent", "sampler", "mu_measured", "replay_ratio",
+                         "efficiency", "speedup", "ideal_speedup"])
     out = Path(a.out)
     write_result(out.stem, {"args": vars(a), "runs": runs, "levels": levels,
                             "quick": a.quick}, folder=out.parent)

@@ -8,10 +8,11 @@
   actor, T trainer actors in one torch.distributed group; the production rate, the latency
   and therefore the staleness come from the clock. Needs the ``ray`` package (the ``ray``
   extra); this package does not import it.
-* ``overlap``: real concurrency in one process (``overlap.py``): a sampler thread makes the
-  schedule's rollouts (on_policy or sync quotas) while the trainer updates, through a bounded
-  FIFO handoff of ``schedule.overlap_ahead`` chunks; weights reach the sampler by a
-  non-blocking publish. Resumable, not bitwise (the staleness comes from the clock).
+* ``overlap``: sampler and trainer side by side on one machine (``overlap.py``): a sampler
+  loop in a thread or a child process (``overlap_sampler.py``) makes the schedule's rollouts
+  (on_policy or sync quotas) while the trainer updates, through a bounded FIFO handoff of
+  ``schedule.overlap_ahead`` chunks; weights reach the sampler by a publish the trainer never
+  waits on. Resumable, not bitwise (the staleness comes from the clock).
 """
 
 # ``schedule.engine`` is one of these.
