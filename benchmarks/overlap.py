@@ -1,6 +1,8 @@
-"""Overlap, so that the saving reaches the clock (issue 37, part 2): the overlapped engine
-(``schedule.engine=overlap``: a sampler thread beside the trainer, one process) against the
-serial schedule, on cpu_long at each ``sampler.max_concurrent`` level.
+"""Overlap, so that the saving reaches the clock (issue 37, part 2): sampler and trainer side
+by side against the serial schedule, on cpu_long at each ``sampler.max_concurrent`` level.
+The overlapped arms (``--arms``): ``schedule.engine=overlap`` with the sampler in a thread
+or a child process, and the Ray engine with its driver in the per-step loop
+(``schedule.ray_loop=driver``) or out of it (``actors``).
 
 Per level (``--levels``; 0 = all rows at once, 8 = a KV-cache limit that makes mu ~8):
 
@@ -10,37 +12,38 @@ Per level (``--levels``; 0 = all rows at once, 8 = a KV-cache limit that makes m
    step, refined by up to ``--balance-rounds`` short sync runs (decoding fewer rows is not
    proportionally cheaper at full width); y in [1, B/G]. ``--replay-ratio`` fixes it;
 2. ``--repeats`` rounds at that y: the serial sync run (``schedule.engine=emulated``), then
-   the overlapped one with the sampler in a thread and in a child process
-   (``schedule.overlap_sampler``, ``--samplers``), ``--steps`` updates each, evaluation only
-   at the ends (outside the measured window).
+   each arm, ``--steps`` updates each, evaluation only at the ends (outside the measured
+   window). The in-process arms run the serial schedule's quotas (sync at y). The Ray
+   engine runs mode async (W = T = 1): its samplers make what they can, so its replay ratio
+   comes from the clock and is reported as ``replay_ratio_effective``.
 
 Measured in the steady window, from the record of step ``SKIP`` to that of the last step:
 
 * updates/s of each run;
 * each side's rate measured alone, from the serial run (one core, the sides in turn): the
   sampler side's steps/s (1 / its generate + grade seconds per step) and the trainer's
-  (1 / update seconds per step). The slower of the two bounds any overlap;
+  (1 / update seconds per step). The slower of the two bounds any overlap at y;
 * overlap efficiency = overlapped updates/s / the slower side's rate alone (goal >= 0.9
-  in process);
+  in process, >= 0.8 on Ray; on Ray read it with its effective replay ratio: above y, the
+  trainer does not wait for the sampler and the ratio can pass 1);
 * speed-up = overlapped updates/s / serial updates/s (goal >= 1.4 at the balancing y; the
   ideal at perfect balance is 2);
-* contention: each side's busy seconds per step in the overlapped run over the serial run's
-  (> 1: the side slowed down beside the other, e.g. on the GIL or memory bandwidth).
+* contention: the sampler's busy seconds per rollout made and the trainer's per update, in
+  the overlapped run over the serial run's (> 1: the side slowed down beside the other, e.g.
+  on the GIL, memory bandwidth or a busy machine).
 
-The result also keeps each run's whole ``time_breakdown`` (serial on-policy from the
-balancing run, serial sync and overlapped from each round), for the bars per schedule.
-
-The Ray engine is not measured here: its driver is still in the per-step loop (issue 37
-part 2's Ray item is open), see ``benchmarks/ray_engine.py``.
+The result also keeps each in-process run's whole ``time_breakdown`` (serial on-policy from
+the balancing run, serial sync and overlapped from each round), for the bars per schedule.
 
 Run: ``python -m benchmarks.overlap --out benchmarks/results/overlap.json`` (levels 0 and 8,
-16 steps, 2 repeats; on an idle 2-core machine about 10 minutes). ``--quick``: one level, a
-batch of 16 and a few steps (a smoke test, not a measurement).
+16 steps, 2 repeats). ``--quick``: one level, a batch of 16 and a few steps (a smoke test,
+not a measurement).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import tempfile
@@ -62,9 +65,18 @@ EVAL_SIZE = 16
 QUICK = ["schedule.batch_size=16", "schedule.group_size=4", "task.eval_size=8",
          "buffer.capacity=128"]
 SIDES = {"sampler": ("generate", "grade"), "trainer": ("update",)}
+# The overlapped arms: in process (the sampler in a thread or a child process), and the Ray
+# engine (mode async, W = T = 1: its rate comes from the clock, so its effective replay
+# ratio is reported) with the driver in the per-step loop or the actors running it.
+ARMS = {"thread": ["schedule.engine=overlap", "schedule.overlap_sampler=thread"],
+        "process": ["schedule.engine=overlap", "schedule.overlap_sampler=process"],
+        "ray-driver": ["schedule.engine=ray", "schedule.mode=async",
+                       "schedule.ray_loop=driver"],
+        "ray-actors": ["schedule.engine=ray", "schedule.mode=async",
+                       "schedule.ray_loop=actors"]}
 # The columns printed per run (side_ratio: the serial run's sampler seconds per step over its
 # update seconds, 1 = balanced).
-RUN_COLUMNS = ["max_concurrent", "sampler", "replay_ratio", "side_ratio",
+RUN_COLUMNS = ["max_concurrent", "arm", "replay_ratio", "replay_ratio_effective", "side_ratio",
                "serial_updates_per_s", "overlap_updates_per_s", "sampler_alone_per_s",
                "trainer_alone_per_s", "efficiency", "speedup", "ideal_speedup",
                "sampler_contention", "trainer_contention", "load_1min"]
@@ -83,19 +95,30 @@ def one_run(config: str, overrides: list[str]) -> tuple[dict, list[dict]]:
 
 
 def window(records: list[dict]) -> dict:
-    """Steps, seconds and per-side busy seconds between the records of step ``SKIP`` and of
-    the last step (the final evaluation's record is left out), and the run's whole time
-    breakdown (``engines/timing.py``, from the final record: for the bars per schedule)."""
+    """Steps, seconds, rollouts made and drawn, and per-side busy seconds between the records
+    of step ``SKIP`` and of the last step (the final evaluation's record is left out), and
+    the run's whole time breakdown (``engines/timing.py``, from the final record: for the
+    bars per schedule; None on the Ray engine, whose records keep busy seconds per actor)."""
     rows = sorted(records, key=lambda r: r["step"])
-    whole = rows[-1]["time_breakdown"]
+    whole = rows[-1].get("time_breakdown")
     rows = rows[:-1]  # the last: the final evaluation
     a, b = next(r for r in rows if r["step"] >= SKIP), rows[-1]
     out = {"steps": b["step"] - a["step"], "seconds": b["wall_time"] - a["wall_time"],
-           "time_breakdown": whole}
+           "generated": b["samples_generated"] - a["samples_generated"],
+           "consumed": b["samples_consumed"] - a["samples_consumed"], "time_breakdown": whole}
     for side, parts in SIDES.items():
-        out[side] = sum(b["time_breakdown"][side][k] - a["time_breakdown"][side][k]
-                        for k in parts)
+        out[side] = _busy(b, side, parts) - _busy(a, side, parts)
     return out
+
+
+def _busy(record: dict, side: str, parts: tuple) -> float:
+    """A side's busy seconds so far in ``record``: its ``time_breakdown`` parts, or on the
+    Ray engine the samplers' busy seconds and the update seconds."""
+    if record.get("time_breakdown") is not None:
+        return sum(record["time_breakdown"][side][k] for k in parts)
+    if side == "trainer":
+        return record["train_seconds"]
+    return sum(v for k, v in record["busy_seconds"].items() if k.startswith("sampler"))
 
 
 def side_ratio(config: str, base: list[str], steps: int, y: float | None) -> dict:
@@ -129,9 +152,9 @@ def balancing_ratio(config: str, base: list[str], steps: int, rounds: int,
 
 
 def pair(config: str, base: list[str], y: float, steps: int, level: int,
-         samplers: list[str]) -> list[dict]:
-    """One serial run at replay ratio ``y``, then one overlapped run per sampler placement
-    (``schedule.overlap_sampler``): a row per overlapped run, its rates and ratios."""
+         arms: list[str]) -> list[dict]:
+    """One serial run at replay ratio ``y``, then one run per arm (``ARMS``): a row per arm,
+    its rates and ratios against the serial run."""
     common = [*base, "schedule.mode=sync", f"schedule.replay_ratio={y}",
               f"run.steps={steps}", f"eval.every={steps}", f"run.checkpoint_every={steps}"]
     serial = window(one_run(config, [*common, "schedule.engine=emulated"])[1])
@@ -139,19 +162,22 @@ def pair(config: str, base: list[str], y: float, steps: int, level: int,
     alone = {side: serial["steps"] / serial[side] for side in SIDES}
     slower = min(alone.values())
     rows = []
-    for where in samplers:
-        ov = window(one_run(config, [*common, "schedule.engine=overlap",
-                                     f"schedule.overlap_sampler={where}"])[1])
+    for arm in arms:
+        ov = window(one_run(config, [*common, *ARMS[arm]])[1])
         rate = ov["steps"] / ov["seconds"]
         rows.append({
-            "max_concurrent": level, "sampler": where, "replay_ratio": y,
+            "max_concurrent": level, "arm": arm, "replay_ratio": y,
+            "replay_ratio_effective": ov["consumed"] / max(ov["generated"], 1),
             "serial_updates_per_s": serial_rate, "overlap_updates_per_s": rate,
             "sampler_alone_per_s": alone["sampler"], "trainer_alone_per_s": alone["trainer"],
             "side_ratio": alone["trainer"] / alone["sampler"],
             "efficiency": rate / slower, "speedup": rate / serial_rate,
             "ideal_speedup": slower / serial_rate,
-            **{f"{side}_contention": ov[side] / ov["steps"] / (serial[side] / serial["steps"])
-               for side in SIDES},
+            # per rollout made (the sampler) and per update (the trainer)
+            "sampler_contention": ov["sampler"] / max(ov["generated"], 1)
+            / (serial["sampler"] / serial["generated"]),
+            "trainer_contention": ov["trainer"] / ov["steps"]
+            / (serial["trainer"] / serial["steps"]),
             "load_1min": os.getloadavg()[0],
             "time_breakdown": {"serial": serial["time_breakdown"],
                                "overlap": ov["time_breakdown"]}})
@@ -180,8 +206,8 @@ def parse(argv) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2, help="pairs per level (>= 1)")
     p.add_argument("--replay-ratio", type=float, default=0.0,
                    help="fix the replay ratio (> 0) instead of balancing it; 0 = balance")
-    p.add_argument("--samplers", nargs="+", default=["thread", "process"],
-                   choices=["thread", "process"], help="schedule.overlap_sampler values")
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS),
+                   help="overlapped arms to run (the Ray ones are left out without ray)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (>= 1)")
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (not a measurement)")
     p.add_argument("--no-warm-start", action="store_true",
@@ -190,6 +216,9 @@ def parse(argv) -> argparse.Namespace:
     p.add_argument("--set", dest="extra", action="append", default=[],
                    metavar="SECTION.KEY=VALUE", help="extra config override (repeatable)")
     a = p.parse_args(argv)
+    if any(arm.startswith("ray") for arm in a.arms) and importlib.util.find_spec("ray") is None:
+        print("ray is not installed: the Ray arms are left out (pip install -e \".[ray]\")")
+        a.arms = [arm for arm in a.arms if not arm.startswith("ray")]
     if a.quick:
         a.levels, a.steps, a.repeats, a.mu_steps = a.levels[:1], SKIP + 3, 1, 2
         a.balance_rounds = min(a.balance_rounds, 1)
@@ -215,19 +244,19 @@ def main(argv=None) -> int:
             balancing_ratio(a.config, lvl, a.mu_steps, a.balance_rounds, most_ratio(a, lvl))
         y = bal["replay_ratio"]
         mine = [row for _ in range(a.repeats)
-                for row in pair(a.config, lvl, y, a.steps, level, a.samplers)]
+                for row in pair(a.config, lvl, y, a.steps, level, a.arms)]
         runs += mine
-        for where in a.samplers:
-            rows = [r for r in mine if r["sampler"] == where]
+        for arm in a.arms:
+            rows = [r for r in mine if r["arm"] == arm]
             med = {k: statistics.median(r[k] for r in rows) for k in
                    ("efficiency", "speedup", "ideal_speedup", "overlap_updates_per_s",
                     "serial_updates_per_s")}
-            levels.append({"max_concurrent": level, "sampler": where, **bal,
+            levels.append({"max_concurrent": level, "arm": arm, **bal,
                            "replay_ratio": y, **med})
     print_table(runs, RUN_COLUMNS)
-    print("\nmedians per level (goals: efficiency >= 0.9 in process; speedup >= 1.4 at the "
-          "balancing replay ratio)")
-    print_table(levels, ["max_concurrent", "sampler", "mu_measured", "replay_ratio",
+    print("\nmedians per level (goals: efficiency >= 0.9 in process, >= 0.8 on Ray; speedup "
+          ">= 1.4 at the balancing replay ratio)")
+    print_table(levels, ["max_concurrent", "arm", "mu_measured", "replay_ratio",
                          "efficiency", "speedup", "ideal_speedup"])
     out = Path(a.out)
     write_result(out.stem, {"args": vars(a), "runs": runs, "levels": levels,

@@ -33,7 +33,7 @@ from replaytheory.fit.probes import ALIGN_VARIANTS
 
 # Only leaves, modules that import nothing of ours: the subsystems import this module, so
 # anything more would close a circle (tests/test_imports.py).
-from .engines import ENGINES, OVERLAP_SAMPLERS
+from .engines import ENGINES, OVERLAP_SAMPLERS, RAY_LOOPS
 from .engines.ray_plan import chunk_groups, lifo_min_capacity
 from .policy.choices import DTYPE_NAMES
 from .rl.choices import LAYOUTS, LOSSES, MODES, RATIO_LOSSES
@@ -408,6 +408,13 @@ class ScheduleConfig(_Section):
         thread of the run's process; the Python between torch operators of both sides shares
         the GIL) or "process" (a child process, spawned, that loads the policy as the run
         does; weights through shared memory; a few seconds of start-up, no GIL sharing).
+    ray_loop: who runs the Ray engine's step loop (engine "ray" only). "driver" (the default,
+        ``engines.ray_engine``): the driver starts every trainer step and passes every chunk
+        on. "actors" (``engines.ray_pull``): the samplers loop on their own, taking orders
+        from the buffer actor and pushing their chunks to it; the trainers run the steps up
+        to the next checkpoint, pulling their batches from it and publishing their weights
+        to it; the driver only reads each step's reports, evaluates and checkpoints. Needs
+        probe.every = 0 and buffer.lifo = false.
     """
 
     SECTION: ClassVar[str] = "schedule"
@@ -425,6 +432,7 @@ class ScheduleConfig(_Section):
     injected_gen_sigma: float = _real(0.0, 0.0, 5.0)
     overlap_ahead: int = _int(1, 1, 64)
     overlap_sampler: str = _choice("thread", OVERLAP_SAMPLERS)
+    ray_loop: str = _choice("driver", RAY_LOOPS)
 
     def check(self) -> None:
         """mu is given for emulated async; the Ray engine runs async only, at the real
@@ -449,6 +457,9 @@ class ScheduleConfig(_Section):
         if self.injected_gen_sigma > 0 and self.injected_gen_delay == 0:
             raise ValueError(f"schedule.injected_gen_sigma ({self.injected_gen_sigma:g}) needs "
                              f"schedule.injected_gen_delay > 0 (the median it spreads)")
+        if self.ray_loop != "driver" and self.engine != "ray":
+            raise ValueError(f"schedule.ray_loop={self.ray_loop} needs schedule.engine=ray, "
+                             f"got schedule.engine={self.engine}")
         if self.engine == "overlap":
             self._check_overlap()
         elif self.overlap_ahead != 1 or self.overlap_sampler != "thread":
@@ -823,6 +834,10 @@ def check_resolved(cfg: Config) -> None:
                          f"the trainer scores the full softmax, so a fresh sample's importance "
                          f"ratio would be below 1; allowed: sampler.top_p=1, or "
                          f"trainer.loss=asymre (no ratio) with any top_p in (0, 1]")
+    if sc.ray_loop == "actors" and (cfg.probe.every or b.lifo):
+        raise ValueError(f"schedule.ray_loop=actors needs probe.every=0 and buffer.lifo=false "
+                         f"(the driver pauses the samplers for those), got probe.every="
+                         f"{cfg.probe.every}, buffer.lifo={str(b.lifo).lower()}")
     if sc.engine == "overlap" and (cfg.probe.every or cfg.probe.contribution):
         raise ValueError(f"probe.every ({cfg.probe.every}) must be 0 and probe.contribution "
                          f"false with schedule.engine=overlap: the probes read the sampler's "

@@ -45,6 +45,9 @@ def run_experiment(cfg: Config, out_dir: str, resume: bool = False,
     os.makedirs(out_dir, exist_ok=True)
     save_config(cfg, cfg_path)
     try:
+        if cfg.schedule.engine == "ray" and cfg.schedule.ray_loop == "actors":
+            from .ray_pull import RayPullRun
+            return RayPullRun(cfg, out_dir, address).run(resume=resume)
         if cfg.schedule.engine == "ray":
             from .ray_engine import RayRun
             return RayRun(cfg, out_dir, address).run(resume=resume)

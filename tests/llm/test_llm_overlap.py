@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from llm_helpers import SMALL_WARM_START, run_small, small_config
+from llm_helpers import SMALL_WARM_START, killed_and_resumed, run_small, small_config
 
 WARM = [f"{k}={v}" for k, v in SMALL_WARM_START.items()]
 OVERLAP = ["schedule.engine=overlap", "probe.every=0", *WARM]
@@ -56,23 +56,9 @@ def test_the_lag_counts_the_steps_a_chunk_waits(tmp_path, monkeypatch):
 
 
 def test_a_killed_overlapped_run_resumes(tmp_path, monkeypatch):
-    from llm_experiments.engines.experiment import run_experiment
-    from llm_experiments.engines.metrics import read_jsonl
     from llm_experiments.engines.overlap import OverlapRun
     cfg = small_config("run.steps=10", "run.checkpoint_every=4", *OVERLAP)
-    real = OverlapRun.train
-
-    def killed(self, t, evaluate):
-        if t == 6:
-            raise KeyboardInterrupt
-        return real(self, t, evaluate)
-    monkeypatch.setattr(OverlapRun, "train", killed)
-    out = str(tmp_path / "run")
-    with pytest.raises(KeyboardInterrupt):
-        run_experiment(cfg, out)
-    monkeypatch.setattr(OverlapRun, "train", real)
-    summary = run_experiment(cfg, out, resume=True)
-    records = read_jsonl(os.path.join(out, "metrics.jsonl"))
+    summary, records = killed_and_resumed(monkeypatch, OverlapRun, cfg, tmp_path / "run", 6)
     assert [r["step"] for r in records] == list(range(11))  # no line lost or repeated
     assert summary["samples_consumed"] == 10 * 16
     assert summary["samples_generated"] == 10 * 8
@@ -159,7 +145,7 @@ def test_the_benchmark_runs_in_quick_mode(tmp_path, capsys):
     from llm_helpers import SMALL
     out = tmp_path / "overlap.json"
     sets = [x for o in [*SMALL, *WARM, "probe.every=0"] for x in ("--set", o)]
-    assert main(["--quick", "--config", "cpu_tiny", "--no-warm-start", "--samplers", "thread",
+    assert main(["--quick", "--config", "cpu_tiny", "--no-warm-start", "--arms", "thread",
                  "--out", str(out), *sets]) == 0
     import json
     result = json.loads(out.read_text())
