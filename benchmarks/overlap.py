@@ -13,9 +13,9 @@ Per level (``--levels``; 0 = all rows at once, 8 = a KV-cache limit that makes m
    proportionally cheaper at full width); y in [1, B/G]. ``--replay-ratio`` fixes it;
 2. ``--repeats`` rounds at that y: the serial sync run (``schedule.engine=emulated``), then
    each arm, ``--steps`` updates each, evaluation only at the ends (outside the measured
-   window). The in-process arms run the serial schedule's quotas (sync at y). The Ray
-   engine runs mode async (W = T = 1): its samplers make what they can, so its replay ratio
-   comes from the clock and is reported as ``replay_ratio_effective``.
+   window). The in-process arms and the Ray actors' loop run the serial schedule's quotas
+   (sync at y). The Ray driver's loop runs mode async only (W = T = 1): its samplers make
+   what they can, so its replay ratio comes from the clock (``replay_ratio_effective``).
 
 Measured in the steady window, from the record of step ``SKIP`` to that of the last step:
 
@@ -24,8 +24,8 @@ Measured in the steady window, from the record of step ``SKIP`` to that of the l
   sampler side's steps/s (1 / its generate + grade seconds per step) and the trainer's
   (1 / update seconds per step). The slower of the two bounds any overlap at y;
 * overlap efficiency = overlapped updates/s / the slower side's rate alone (goal >= 0.9
-  in process, >= 0.8 on Ray; on Ray read it with its effective replay ratio: above y, the
-  trainer does not wait for the sampler and the ratio can pass 1);
+  in process, >= 0.8 on Ray; for the Ray driver's loop read it with its effective replay
+  ratio: above y, its trainer does not wait for the sampler and the ratio can pass 1);
 * speed-up = overlapped updates/s / serial updates/s (goal >= 1.4 at the balancing y; the
   ideal at perfect balance is 2);
 * contention: the sampler's busy seconds per rollout made and the trainer's per update, in
@@ -66,14 +66,14 @@ QUICK = ["schedule.batch_size=16", "schedule.group_size=4", "task.eval_size=8",
          "buffer.capacity=128"]
 SIDES = {"sampler": ("generate", "grade"), "trainer": ("update",)}
 # The overlapped arms: in process (the sampler in a thread or a child process), and the Ray
-# engine (mode async, W = T = 1: its rate comes from the clock, so its effective replay
-# ratio is reported) with the driver in the per-step loop or the actors running it.
+# engine (W = T = 1) with the actors running the loop (mode sync, the serial quotas, like the
+# in-process arms) or the driver in the per-step loop (mode async only: its rate comes from
+# the clock, so its effective replay ratio is reported).
 ARMS = {"thread": ["schedule.engine=overlap", "schedule.overlap_sampler=thread"],
         "process": ["schedule.engine=overlap", "schedule.overlap_sampler=process"],
+        "ray-actors": ["schedule.engine=ray", "schedule.ray_loop=actors"],
         "ray-driver": ["schedule.engine=ray", "schedule.mode=async",
-                       "schedule.ray_loop=driver"],
-        "ray-actors": ["schedule.engine=ray", "schedule.mode=async",
-                       "schedule.ray_loop=actors"]}
+                       "schedule.ray_loop=driver"]}
 # The columns printed per run (side_ratio: the serial run's sampler seconds per step over its
 # update seconds, 1 = balanced).
 RUN_COLUMNS = ["max_concurrent", "arm", "replay_ratio", "replay_ratio_effective", "side_ratio",

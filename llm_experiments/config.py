@@ -379,9 +379,10 @@ class ScheduleConfig(_Section):
         -1 = the measured mu (then compute units depend on timing).
     engine: "emulated" (one process, deterministic, as described above) or "ray" (real
         concurrency on a Ray cluster, ``engines.ray_engine``: W sampler actors, one buffer
-        actor, T trainer actors; mode "async" only; the production rate and the staleness
-        come from the clock, so ``latency_steps`` must stay -1 and ``mu_accounting`` only
-        accounts compute; -1 there = the measured mu).
+        actor, T trainer actors; mode "async", or "sync" with ``ray_loop`` "actors"; in
+        async the production rate and the staleness come from the clock; ``latency_steps``
+        must stay -1 and ``mu_accounting`` only accounts compute; -1 there = the measured
+        mu).
     injected_gen_delay: an artificial stall, for measuring wall-clock effects only (claim 8,
         ``benchmarks/claim8_wallclock.py``): each Ray sampler actor sleeps this median number
         of seconds per generation call (one chunk), counted as generation time and reported
@@ -401,9 +402,10 @@ class ScheduleConfig(_Section):
         the handoff queue. One sampler and one trainer (workers = trainers = 1), no probes.
         Not bitwise: which weights make a chunk depends on the clock.
     overlap_ahead: chunks the sampler may hold finished in the handoff queue, waiting for
-        the trainer (engine "overlap" only), in [1, 64]; the sampler then also has one chunk in
-        the making, so it runs at most overlap_ahead + 1 steps ahead of the trainer. 1 (the
-        default) keeps the staleness lowest; more absorbs jitter between the sides.
+        the trainer (engine "overlap", or "ray" in mode "sync"), in [1, 64]; the sampler
+        then also has one chunk in the making, so it runs at most overlap_ahead + 1 steps
+        ahead of the trainer. 1 (the default) keeps the staleness lowest; more absorbs
+        jitter between the sides.
     overlap_sampler: where the overlapped sampler runs (engine "overlap" only): "thread" (a
         thread of the run's process; the Python between torch operators of both sides shares
         the GIL) or "process" (a child process, spawned, that loads the policy as the run
@@ -414,7 +416,8 @@ class ScheduleConfig(_Section):
         from the buffer actor and pushing their chunks to it; the trainers run the steps up
         to the next checkpoint, pulling their batches from it and publishing their weights
         to it; the driver only reads each step's reports, evaluates and checkpoints. Needs
-        probe.every = 0 and buffer.lifo = false.
+        probe.every = 0 and buffer.lifo = false. It also runs mode "sync" (one trainer):
+        the serial schedule's quotas, ordered at most ``overlap_ahead`` steps ahead.
     """
 
     SECTION: ClassVar[str] = "schedule"
@@ -437,9 +440,12 @@ class ScheduleConfig(_Section):
     def check(self) -> None:
         """mu is given for emulated async; the Ray engine runs async only, at the real
         latency; trainers split the batch evenly; an injected stall needs the Ray engine."""
-        if self.engine == "ray" and self.mode != "async":
-            raise ValueError(f"schedule.engine=ray needs schedule.mode=async (workers and "
-                             f"trainers run concurrently), got schedule.mode={self.mode}")
+        if self.engine == "ray" and self.mode != "async" and not (
+                self.mode == "sync" and self.ray_loop == "actors" and self.trainers == 1):
+            raise ValueError(f"schedule.engine=ray needs schedule.mode=async, or sync with "
+                             f"schedule.ray_loop=actors and schedule.trainers=1; got "
+                             f"schedule.mode={self.mode}, schedule.ray_loop={self.ray_loop}, "
+                             f"schedule.trainers={self.trainers}")
         if self.engine == "ray" and self.latency_steps != -1:
             raise ValueError(f"schedule.latency_steps must be -1 with schedule.engine=ray: "
                              f"the latency is the real one, got {self.latency_steps}")
@@ -462,10 +468,12 @@ class ScheduleConfig(_Section):
                              f"got schedule.engine={self.engine}")
         if self.engine == "overlap":
             self._check_overlap()
-        elif self.overlap_ahead != 1 or self.overlap_sampler != "thread":
+        elif self.overlap_sampler != "thread" or (self.overlap_ahead != 1 and not (
+                self.engine == "ray" and self.mode == "sync")):
             raise ValueError(f"schedule.overlap_ahead ({self.overlap_ahead}) and "
                              f"schedule.overlap_sampler ({self.overlap_sampler}) need "
-                             f"schedule.engine=overlap, got schedule.engine={self.engine}")
+                             f"schedule.engine=overlap (overlap_ahead: or the Ray engine in "
+                             f"mode sync), got schedule.engine={self.engine}")
 
     def _check_overlap(self) -> None:
         """engine "overlap": the serial quotas (on_policy, sync) with one sampler thread and

@@ -19,8 +19,13 @@ code for a chunk and for a step):
   (the run loop of every engine, ``engines.loop``), evaluates theta_t while the trainers go
   on, and checkpoints at the block ends, when the trainers are idle.
 
-A chunk's rollouts are inserted at the step after the last drawn one and counted in the
-first step whose reports the driver reads after it arrived. Chunks in flight at a kill are
+Mode "async" (as the driver's loop): each order is ``chunk_groups`` groups, the samplers make
+what the clock allows. Mode "sync" (the serial schedule's quotas, as ``engines.overlap``):
+order s is the groups due before step s, at most ``schedule.overlap_ahead`` orders beyond the
+steps done, and step t waits until chunks 0..t are in; so the replay ratio is the serial
+run's, and the staleness counts the steps a chunk waited. A chunk's rollouts are inserted
+on arrival, at the step after the last drawn one, and counted in the first step whose
+reports the driver reads after it arrived. Chunks in flight at a kill are
 lost on ``--resume`` (their item ids skipped), as with the driver's loop. Not with the probes
 or the LIFO queue: both need the driver to pause the samplers.
 """
@@ -34,6 +39,7 @@ import numpy as np
 import ray
 
 from ..config import Config
+from ..rl.schedule import Production
 from ..samplers import WeightUpdate
 from ..tasks.make import make_task
 from .metrics import evaluate
@@ -58,6 +64,9 @@ class PullBuffer(BufferHolder):
         sc = cfg.schedule
         self.task, self.group_size = make_task(cfg.task), sc.group_size
         self.chunk = chunk_groups(sc.batch_size, sc.workers, sc.group_size)
+        # mode sync: chunk s is the groups due before step s (``schedule.Production``)
+        self.quota = Production(sc) if sc.mode == "sync" else None
+        self.ahead, self.steps = sc.overlap_ahead, cfg.run.steps
         self.order_rng = np.random.default_rng(derived_seed(cfg.run.seed, ORDERS_STREAM))
         self.next_item = self.next_group = self.next_step = 0
         if state is not None:
@@ -65,6 +74,11 @@ class PullBuffer(BufferHolder):
             self.order_rng.bit_generator.state = pull["order_rng"]
             self.next_item, self.next_group, self.next_step = \
                 pull["next_item"], pull["next_group"], pull["next_step"]
+        # sync: the next chunk to order, the first not yet inserted, those inserted beyond it,
+        # the steps done (orders run ahead of them) and whether a trainer waits for more
+        self.next_order = self.contiguous = self.steps_done = self.next_step
+        self.beyond: set[int] = set()
+        self.starved = False
         self.newest: tuple | None = None  # (version, [reference])
         self.kept: dict = {}  # version -> [reference], to evaluate
         self.made: list = []  # (sampler index, ChunkReport) not yet read
@@ -72,15 +86,46 @@ class PullBuffer(BufferHolder):
         self.stopped = False
 
     def order(self):
-        """(problems, seed, first item id, first group id) of the next chunk; None to stop."""
+        """(chunk index, problems, seed, first item id, first group id) of the next chunk;
+        None to stop; "wait" while mode sync's quota has run ``overlap_ahead`` chunks ahead
+        of the steps done or reached the last step's (unless a trainer waits for more)."""
         if self.stopped:
             return None
-        problems = self.task.sample_train(self.chunk, self.order_rng)
+        n = self.chunk
+        if self.quota is not None:
+            while self.quota.groups_due(self.next_order) == 0:  # nothing to make
+                self._inserted(self.next_order)
+                self.next_order += 1
+            beyond = self.next_order > self.steps_done + self.ahead or \
+                self.next_order >= self.steps  # no chunk past the last step's
+            if beyond and not self.starved:
+                return "wait"
+            self.starved = False
+            n = self.quota.groups_due(self.next_order)
+        problems = self.task.sample_train(n, self.order_rng)
         seed = int(self.order_rng.integers(2**62))
         first = self.next_item, self.next_group
-        self.next_item += self.chunk * self.group_size
-        self.next_group += self.chunk
-        return problems, seed, *first
+        self.next_item += n * self.group_size
+        self.next_group += n
+        self.next_order += 1
+        return self.next_order - 1, problems, seed, *first
+
+    def _inserted(self, index: int) -> None:
+        """Chunk ``index`` is in the buffer (or had nothing to make)."""
+        self.beyond.add(index)
+        while self.contiguous in self.beyond:
+            self.beyond.discard(self.contiguous)
+            self.contiguous += 1
+
+    def ready_for(self, step: int) -> bool:
+        """Whether trainer step ``step`` can draw: every shard can give its part and, in mode
+        sync, chunks 0..step are in (a trainer that still cannot draw lets one more chunk be
+        ordered)."""
+        if self.quota is not None and self.contiguous <= step:
+            return False
+        ok = self.buffer.can_sample(self.batch_size)
+        self.starved = self.starved or not ok
+        return ok
 
     def publish(self, version: int, box: list, keep: bool) -> None:
         """``box``: [the reference to weights ``version``] (in a list, so Ray passes the
@@ -97,11 +142,12 @@ class PullBuffer(BufferHolder):
         """[reference] of kept version ``version`` (once)."""
         return self.kept.pop(version)
 
-    def add_chunk(self, rollouts: list, index: int, report) -> int:
-        """Insert sampler ``index``'s chunk at the step after the last drawn; returns the
-        rollouts held."""
+    def add_chunk(self, rollouts: list, index: int, report, chunk: int) -> int:
+        """Insert sampler ``index``'s chunk number ``chunk`` at the step after the last
+        drawn; returns the rollouts held."""
         self.buffer.add(rollouts, insert_step=self.next_step)
         self.made.append((index, report))
+        self._inserted(chunk)
         return len(self.buffer)
 
     def sample(self, n: int, step: int, shard: int) -> list:
@@ -111,8 +157,10 @@ class PullBuffer(BufferHolder):
         return batch
 
     def step_done(self, step: int, rank: int, report) -> None:
-        """Trainer ``rank`` finished ``step`` (``report``: its StepReport)."""
+        """Trainer ``rank`` finished ``step`` (``report``: its StepReport; its weights are
+        published, so orders may run one step further)."""
         self.reports.setdefault(step, {})[rank] = report
+        self.steps_done = max(self.steps_done, step + 1)
 
     def pop_step(self, step: int, ranks: int):
         """(the ``ranks`` StepReports of ``step`` in rank order, the chunks made since the
@@ -145,11 +193,14 @@ class PullSampler(SamplerWorker):
             order = ray.get(buffer.order.remote())
             if order is None:
                 return
+            if order == "wait":
+                time.sleep(POLL_SECONDS)
+                continue
             newest, box = ray.get(buffer.latest.remote())
             weights = ray.get(box[0]) if newest != version else None
-            report, rollouts = self.produce(order[0], newest, weights, *order[1:])
+            report, rollouts = self.produce(order[1], newest, weights, *order[2:])
             version = newest
-            ray.get(buffer.add_chunk.remote(rollouts, index, report))
+            ray.get(buffer.add_chunk.remote(rollouts, index, report, order[0]))
 
 
 class PullTrainer(TrainerRank):
@@ -161,7 +212,7 @@ class PullTrainer(TrainerRank):
         every ``refresh_every`` steps and at the versions evaluated; every rank reports."""
         cfg = self.cfg
         for t in range(first, end):
-            while not ray.get(self.buffer.ready.remote()):
+            while not ray.get(self.buffer.ready_for.remote(t)):
                 time.sleep(POLL_SECONDS)
             keep = (t + 1) % cfg.eval.every == 0 or t + 1 == cfg.run.steps
             publish = self.rank == 0 and (keep or (t + 1) % cfg.schedule.refresh_every == 0)

@@ -451,3 +451,20 @@ def test_the_actors_loop_refuses_what_needs_the_driver():
         assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="schedule.ray_loop=actors needs schedule.engine=ray"):
         small_config("schedule.ray_loop=actors")
+
+
+def test_the_actors_loop_runs_the_serial_quotas_in_mode_sync(cluster, tmp_path):
+    """Mode sync on Ray (ray_loop=actors): the serial schedule's rollouts per step exactly
+    (B / y = 8 a step at y = 2, none made past the last step's chunk), every step waiting
+    for its chunk, and the consumption lag logged."""
+    from llm_experiments.engines.experiment import run_experiment
+    from llm_experiments.engines.metrics import read_jsonl
+    cfg = small_config("schedule.engine=ray", "schedule.mode=sync", "probe.every=0",
+                       "schedule.ray_loop=actors", "run.steps=8", "eval.every=100",
+                       "run.checkpoint_every=4")
+    summary = run_experiment(cfg, str(tmp_path))
+    records = read_jsonl(str(tmp_path / "metrics.jsonl"))
+    assert [r["step"] for r in records] == list(range(9))
+    assert summary["samples_generated"] == 8 * 8
+    assert summary["samples_consumed"] == 8 * 16
+    assert all(r["staleness_mean"] >= 0 for r in records[:-1])
