@@ -493,9 +493,9 @@ class RayRun:
     def save(self, log_position: int) -> None:
         """Write the checkpoint after step ``self.step`` (and probes.npz with probes)."""
         t0 = time.perf_counter()
-        model, opt, buf = self._get([self.trainers[0].weights.remote(),
-                                     self.trainers[0].optimizer_state.remote(),
-                                     self.buffer.state_dict.remote()], "trainer0/buffer")
+        model, opt = self._get([self.trainers[0].weights.remote(),
+                                self.trainers[0].optimizer_state.remote()], "trainer0")
+        buf = self._buffer_state()
         probes = self._save_probes()
         self.actor_books.phases["checkpoint_seconds"] += time.perf_counter() - t0
         actors = self.actor_books.state_dict()
@@ -504,6 +504,10 @@ class RayRun:
             "engine": "ray", "step": self.step, "model": model, "optimizer": opt,
             "buffer": buf, **self.books.state_dict(), "actors": actors, "probes": probes,
             "rng": checkpoint.rng_state(self.rng), "log_position": log_position})
+
+    def _buffer_state(self) -> dict:
+        """The buffer actor's state for a checkpoint."""
+        return self._get(self.buffer.state_dict.remote(), "buffer")
 
     def restore(self, state: dict) -> None:
         """Take the driver's part of a checkpoint (the actors take theirs in ``session``)."""

@@ -25,7 +25,9 @@ order s is the groups due before step s, at most ``schedule.overlap_ahead`` orde
 steps done, and step t waits until chunks 0..t are in; so the replay ratio is the serial
 run's, and the staleness counts the steps a chunk waited. A chunk's rollouts are inserted
 on arrival, at the step after the last drawn one, and counted in the first step whose
-reports the driver reads after it arrived. Chunks in flight at a kill are
+reports the driver reads after it arrived; the chunks the buffer holds at a checkpoint are
+counted before it is written, and after the last step no order goes out and the samplers'
+last chunks are counted, so the books agree with the buffer. Chunks in flight at a kill are
 lost on ``--resume`` (their item ids skipped), as with the driver's loop. Not with the probes
 or the LIFO queue: both need the driver to pause the samplers.
 """
@@ -74,10 +76,13 @@ class PullBuffer(BufferHolder):
             self.order_rng.bit_generator.state = pull["order_rng"]
             self.next_item, self.next_group, self.next_step = \
                 pull["next_item"], pull["next_group"], pull["next_step"]
-        # sync: the next chunk to order, the first not yet inserted, those inserted beyond it,
-        # the steps done (orders run ahead of them) and whether a trainer waits for more
-        self.next_order = self.contiguous = self.steps_done = self.next_step
-        self.beyond: set[int] = set()
+        # sync: the first chunk not yet inserted, those inserted beyond it, the next chunk to
+        # order (those in flight at a checkpoint are ordered again after a resume), the steps
+        # done (orders run ahead of them) and whether a trainer waits for more
+        self.contiguous, self.beyond = 0, set()
+        if state is not None:
+            self.contiguous, self.beyond = pull["contiguous"], set(pull["beyond"])
+        self.next_order, self.steps_done = self.contiguous, self.next_step
         self.starved = False
         self.newest: tuple | None = None  # (version, [reference])
         self.kept: dict = {}  # version -> [reference], to evaluate
@@ -87,13 +92,15 @@ class PullBuffer(BufferHolder):
 
     def order(self):
         """(chunk index, problems, seed, first item id, first group id) of the next chunk;
-        None to stop; "wait" while mode sync's quota has run ``overlap_ahead`` chunks ahead
-        of the steps done or reached the last step's (unless a trainer waits for more)."""
-        if self.stopped:
+        None to stop (asked to, or every step done); "wait" while mode sync's quota has run
+        ``overlap_ahead`` chunks ahead of the steps done or reached the last step's (unless a
+        trainer waits for more)."""
+        if self.stopped or self.steps_done >= self.steps:
             return None
         n = self.chunk
         if self.quota is not None:
-            while self.quota.groups_due(self.next_order) == 0:  # nothing to make
+            while self.next_order in self.beyond or \
+                    self.quota.groups_due(self.next_order) == 0:  # in, or nothing to make
                 self._inserted(self.next_order)
                 self.next_order += 1
             beyond = self.next_order > self.steps_done + self.ahead or \
@@ -172,15 +179,24 @@ class PullBuffer(BufferHolder):
         made, self.made = self.made, []
         return [got[k] for k in range(ranks)], made
 
+    def take_made(self) -> list:
+        """The chunks made since the driver last read them (taken)."""
+        made, self.made = self.made, []
+        return made
+
     def stop(self) -> None:
         """Hand out no more orders (the samplers' loops end)."""
         self.stopped = True
 
     def state_dict(self) -> dict:
-        """``BufferHolder.state_dict`` and the orders' generator and counters."""
-        return {**super().state_dict(), "pull": {
+        """``BufferHolder.state_dict``, the orders' generator and counters, and the chunks
+        made since the driver last read them (key "made", taken: the driver counts them
+        before it writes the checkpoint, so its books agree with the buffer's contents)."""
+        made, self.made = self.made, []
+        return {**super().state_dict(), "made": made, "pull": {
             "order_rng": self.order_rng.bit_generator.state, "next_item": self.next_item,
-            "next_group": self.next_group, "next_step": self.next_step}}
+            "next_group": self.next_group, "next_step": self.next_step,
+            "contiguous": self.contiguous, "beyond": sorted(self.beyond)}}
 
 
 class PullSampler(SamplerWorker):
@@ -258,15 +274,28 @@ class RayPullRun(RayRun):
             self.block = [tr.run_block.remote(t, self.block_end) for tr in self.trainers]
         evaluation = self.evaluate(t) if evaluate else None
         reports, made = self._reports(t)
-        for i, rep in made:
-            self.books.count_made(rep.rewards, rep.gen_seconds, rep.tokens)
-            self.actor_books.add_busy(f"sampler{i}", rep.busy_seconds)
-            self.actor_books.injected_gen_delay_seconds += rep.injected_seconds
+        self._count_made(made)
         self.step = t + 1
         if self.step == self.block_end:  # the trainers are idle until the next block
             self._get(self.block, "trainer")
             self.block = None
+        if self.step == self.cfg.run.steps:  # the samplers stop: count their last chunks
+            self._get(self.loops, "sampler")
+            self._count_made(self._get(self.buffer.take_made.remote(), "buffer"))
         return self._account(t, reports, evaluation)
+
+    def _count_made(self, made: list) -> None:
+        """Count chunks made (``(sampler index, ChunkReport)`` pairs) into the books."""
+        for i, rep in made:
+            self.books.count_made(rep.rewards, rep.gen_seconds, rep.tokens)
+            self.actor_books.add_busy(f"sampler{i}", rep.busy_seconds)
+            self.actor_books.injected_gen_delay_seconds += rep.injected_seconds
+
+    def _buffer_state(self) -> dict:
+        """The buffer actor's state, the chunks it reports with it counted first."""
+        state = self._get(self.buffer.state_dict.remote(), "buffer")
+        self._count_made(state.pop("made"))
+        return state
 
     def _reports(self, t: int) -> tuple[list, list]:
         """Step t's StepReports and the chunks made meanwhile, waiting for them (an actor

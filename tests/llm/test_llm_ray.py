@@ -442,6 +442,8 @@ def test_the_actors_run_the_loop_without_the_driver(cluster, tmp_path, monkeypat
     assert summary["samples_consumed"] == 12 * cfg.schedule.batch_size
     assert summary["schedule"]["ray_loop"] == "actors"
     assert records[-1]["gen_seconds"] > 0 and records[-1]["train_seconds"] > 0
+    # the books count what the buffer holds, across the kill (chunks at a checkpoint included)
+    assert sum(summary["histograms"]["replay_ratio"].values()) == summary["samples_generated"]
 
 
 def test_the_actors_loop_refuses_what_needs_the_driver():
@@ -468,3 +470,4 @@ def test_the_actors_loop_runs_the_serial_quotas_in_mode_sync(cluster, tmp_path):
     assert summary["samples_generated"] == 8 * 8
     assert summary["samples_consumed"] == 8 * 16
     assert all(r["staleness_mean"] >= 0 for r in records[:-1])
+    assert sum(summary["histograms"]["replay_ratio"].values()) == summary["samples_generated"]
