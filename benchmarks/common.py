@@ -89,10 +89,11 @@ def machine() -> dict:
             "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def write_result(name: str, result: dict) -> Path:
-    """Write ``result`` (plus ``machine()``) to ``benchmarks/results/<name>.json``."""
+def write_result(name: str, result: dict, folder: Path = RESULTS) -> Path:
+    """Write ``result`` (plus ``machine()``) to ``<folder>/<name>.json`` (default folder
+    ``benchmarks/results``)."""
     from replaytheory.io import write_json
-    path = RESULTS / f"{name}.json"
+    path = Path(folder) / f"{name}.json"
     write_json(str(path), {**result, "machine": machine()})
     print(f"wrote {path}")
     return path

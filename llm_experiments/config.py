@@ -33,7 +33,7 @@ from replaytheory.fit.probes import ALIGN_VARIANTS
 
 # Only leaves, modules that import nothing of ours: the subsystems import this module, so
 # anything more would close a circle (tests/test_imports.py).
-from .engines import ENGINES
+from .engines import ENGINES, OVERLAP_SAMPLERS, RAY_LOOPS
 from .engines.ray_plan import chunk_groups, lifo_min_capacity
 from .policy.choices import DTYPE_NAMES
 from .rl.choices import LAYOUTS, LOSSES, MODES, RATIO_LOSSES
@@ -379,9 +379,10 @@ class ScheduleConfig(_Section):
         -1 = the measured mu (then compute units depend on timing).
     engine: "emulated" (one process, deterministic, as described above) or "ray" (real
         concurrency on a Ray cluster, ``engines.ray_engine``: W sampler actors, one buffer
-        actor, T trainer actors; mode "async" only; the production rate and the staleness
-        come from the clock, so ``latency_steps`` must stay -1 and ``mu_accounting`` only
-        accounts compute; -1 there = the measured mu).
+        actor, T trainer actors; mode "async", or "sync" with ``ray_loop`` "actors"; in
+        async the production rate and the staleness come from the clock; ``latency_steps``
+        must stay -1 and ``mu_accounting`` only accounts compute; -1 there = the measured
+        mu).
     injected_gen_delay: an artificial stall, for measuring wall-clock effects only (claim 8,
         ``benchmarks/claim8_wallclock.py``): each Ray sampler actor sleeps this median number
         of seconds per generation call (one chunk), counted as generation time and reported
@@ -390,6 +391,33 @@ class ScheduleConfig(_Section):
     injected_gen_sigma: spread of that delay: each call sleeps ``injected_gen_delay *
         exp(sigma * z)``, z standard normal from the actor's own seeded stream (a lognormal
         straggler distribution); in [0, 5], 0 = a fixed delay. Needs injected_gen_delay > 0.
+    engine "overlap" (``engines.overlap``): sampler and trainer side by side, each on its own
+        core (``overlap_sampler``; keep ``run.threads`` = 1 on a small machine, so that the
+        sides do not share a thread pool). The sampler makes the quotas of mode
+        "on_policy" or "sync" (chunk s = the groups due before trainer step s) with the newest
+        weights the trainer published (every ``refresh_every`` steps, without waiting for the
+        sampler); the trainer's step t waits until chunks 0..t are in the buffer. So the
+        replay ratio is that of the serial schedule, and the staleness (consumption lag,
+        trainer step minus the version that made a rollout) counts the time a chunk waits in
+        the handoff queue. One sampler and one trainer (workers = trainers = 1), no probes.
+        Not bitwise: which weights make a chunk depends on the clock.
+    overlap_ahead: chunks the sampler may hold finished in the handoff queue, waiting for
+        the trainer (engine "overlap", or "ray" in mode "sync"), in [1, 64]; the sampler
+        then also has one chunk in the making, so it runs at most overlap_ahead + 1 steps
+        ahead of the trainer. 1 (the default) keeps the staleness lowest; more absorbs
+        jitter between the sides.
+    overlap_sampler: where the overlapped sampler runs (engine "overlap" only): "thread" (a
+        thread of the run's process; the Python between torch operators of both sides shares
+        the GIL) or "process" (a child process, spawned, that loads the policy as the run
+        does; weights through shared memory; a few seconds of start-up, no GIL sharing).
+    ray_loop: who runs the Ray engine's step loop (engine "ray" only). "driver" (the default,
+        ``engines.ray_engine``): the driver starts every trainer step and passes every chunk
+        on. "actors" (``engines.ray_pull``): the samplers loop on their own, taking orders
+        from the buffer actor and pushing their chunks to it; the trainers run the steps up
+        to the next checkpoint, pulling their batches from it and publishing their weights
+        to it; the driver only reads each step's reports, evaluates and checkpoints. Needs
+        probe.every = 0 and buffer.lifo = false. It also runs mode "sync" (one trainer):
+        the serial schedule's quotas, ordered at most ``overlap_ahead`` steps ahead.
     """
 
     SECTION: ClassVar[str] = "schedule"
@@ -405,13 +433,19 @@ class ScheduleConfig(_Section):
     engine: str = _choice("emulated", ENGINES)
     injected_gen_delay: float = _real(0.0, 0.0, 600.0)
     injected_gen_sigma: float = _real(0.0, 0.0, 5.0)
+    overlap_ahead: int = _int(1, 1, 64)
+    overlap_sampler: str = _choice("thread", OVERLAP_SAMPLERS)
+    ray_loop: str = _choice("driver", RAY_LOOPS)
 
     def check(self) -> None:
         """mu is given for emulated async; the Ray engine runs async only, at the real
         latency; trainers split the batch evenly; an injected stall needs the Ray engine."""
-        if self.engine == "ray" and self.mode != "async":
-            raise ValueError(f"schedule.engine=ray needs schedule.mode=async (workers and "
-                             f"trainers run concurrently), got schedule.mode={self.mode}")
+        if self.engine == "ray" and self.mode != "async" and not (
+                self.mode == "sync" and self.ray_loop == "actors" and self.trainers == 1):
+            raise ValueError(f"schedule.engine=ray needs schedule.mode=async, or sync with "
+                             f"schedule.ray_loop=actors and schedule.trainers=1; got "
+                             f"schedule.mode={self.mode}, schedule.ray_loop={self.ray_loop}, "
+                             f"schedule.trainers={self.trainers}")
         if self.engine == "ray" and self.latency_steps != -1:
             raise ValueError(f"schedule.latency_steps must be -1 with schedule.engine=ray: "
                              f"the latency is the real one, got {self.latency_steps}")
@@ -429,6 +463,31 @@ class ScheduleConfig(_Section):
         if self.injected_gen_sigma > 0 and self.injected_gen_delay == 0:
             raise ValueError(f"schedule.injected_gen_sigma ({self.injected_gen_sigma:g}) needs "
                              f"schedule.injected_gen_delay > 0 (the median it spreads)")
+        if self.ray_loop != "driver" and self.engine != "ray":
+            raise ValueError(f"schedule.ray_loop={self.ray_loop} needs schedule.engine=ray, "
+                             f"got schedule.engine={self.engine}")
+        if self.engine == "overlap":
+            self._check_overlap()
+        elif self.overlap_sampler != "thread" or (self.overlap_ahead != 1 and not (
+                self.engine == "ray" and self.mode == "sync")):
+            raise ValueError(f"schedule.overlap_ahead ({self.overlap_ahead}) and "
+                             f"schedule.overlap_sampler ({self.overlap_sampler}) need "
+                             f"schedule.engine=overlap (overlap_ahead: or the Ray engine in "
+                             f"mode sync), got schedule.engine={self.engine}")
+
+    def _check_overlap(self) -> None:
+        """engine "overlap": the serial quotas (on_policy, sync) with one sampler thread and
+        one trainer; the latency comes from the clock."""
+        if self.mode not in ("on_policy", "sync"):
+            raise ValueError(f"schedule.engine=overlap needs schedule.mode in [on_policy, sync] "
+                             f"(the serial quotas, overlapped), got schedule.mode={self.mode}")
+        if self.workers != 1 or self.trainers != 1:
+            raise ValueError(f"schedule.engine=overlap runs one sampler and one trainer: "
+                             f"schedule.workers and schedule.trainers must be 1, got "
+                             f"{self.workers} and {self.trainers}")
+        if self.latency_steps != -1:
+            raise ValueError(f"schedule.latency_steps must be -1 with schedule.engine=overlap: "
+                             f"the latency is the real one, got {self.latency_steps}")
 
 
 @dataclass
@@ -745,7 +804,7 @@ def check_resolved(cfg: Config) -> None:
     if sc.mode != "on_policy":
         rate = rollouts_per_step(sc, sc.mu_accounting)
         # The Ray engine's samplers wait while the LIFO queue is full: nothing is wasted.
-        if b.lifo and sc.engine == "emulated" and rate > B + 1e-9:
+        if b.lifo and sc.engine != "ray" and rate > B + 1e-9:
             raise ValueError(f"buffer.lifo=true uses each rollout once, so the rollouts made "
                              f"per step (B / schedule.replay_ratio in sync, B W / (T mu) in "
                              f"async; here {rate:g}) must be <= schedule.batch_size ({B}): "
@@ -783,6 +842,14 @@ def check_resolved(cfg: Config) -> None:
                          f"the trainer scores the full softmax, so a fresh sample's importance "
                          f"ratio would be below 1; allowed: sampler.top_p=1, or "
                          f"trainer.loss=asymre (no ratio) with any top_p in (0, 1]")
+    if sc.ray_loop == "actors" and (cfg.probe.every or b.lifo):
+        raise ValueError(f"schedule.ray_loop=actors needs probe.every=0 and buffer.lifo=false "
+                         f"(the driver pauses the samplers for those), got probe.every="
+                         f"{cfg.probe.every}, buffer.lifo={str(b.lifo).lower()}")
+    if sc.engine == "overlap" and (cfg.probe.every or cfg.probe.contribution):
+        raise ValueError(f"probe.every ({cfg.probe.every}) must be 0 and probe.contribution "
+                         f"false with schedule.engine=overlap: the probes read the sampler's "
+                         f"weights mid-step, which the sampler thread owns there")
     for name in ("panel_groups", "align_groups"):
         if getattr(cfg.probe, name) and cfg.schedule.engine != "emulated":
             raise ValueError(f"probe.{name} > 0 (long-range panels) runs on "

@@ -36,14 +36,18 @@ from ..rl.schedule import ComputeClock
 # Counters that also go into the summary (``RunBooks.summary``).
 SUMMARY_COUNTERS = ("mu_measured", "mu_flops", "mu_accounting", "compute_units", "wall_time",
                     "probe_seconds")
+# Seconds of the phases outside generation and updates that ``RunBooks.phases`` counts (the
+# time breakdown of ``timing.py``): evaluations, grading completions, writing checkpoints.
+PHASES = ("eval_seconds", "grade_seconds", "checkpoint_seconds")
 
 
 @dataclass
 class RunBooks:
     """The counters of a run (checkpointed): the clock of generation and training
     (``ComputeClock``), the next item and group ids, rollouts drawn for training
-    (``consumed``), wall-clock seconds of earlier sessions (``elapsed_before``) and the rewards
-    of the rollouts made in the current step (``made_rewards``, reset by ``start_step``).
+    (``consumed``), wall-clock seconds of earlier sessions (``elapsed_before``), the rewards
+    of the rollouts made in the current step (``made_rewards``, reset by ``start_step``) and
+    seconds per phase (``phases``: the ``PHASES``, >= 0, over every session).
 
     mu_fixed: schedule.mu_accounting (> 0) when set, else None (then compute is accounted
     with the measured mu, theory.md section 3).
@@ -57,6 +61,7 @@ class RunBooks:
     elapsed_before: float = 0.0
     t_start: float = field(default_factory=time.perf_counter)
     made_rewards: list[float] = field(default_factory=list)
+    phases: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
 
     # ---- counting -----------------------------------------------------------------------------
 
@@ -76,6 +81,10 @@ class RunBooks:
         c.gen_tokens += int(tokens)
         c.generated += len(rewards)
         self.made_rewards.extend(rewards)
+
+    def add_phase(self, name: str, seconds: float) -> None:
+        """Count ``seconds`` (>= 0) of phase ``name`` (one of ``PHASES``)."""
+        self.phases[name] += seconds
 
     def start_step(self) -> None:
         """A trainer step begins: the rollouts it makes are counted from here."""
@@ -114,7 +123,7 @@ class RunBooks:
                 "mu_measured": c.mu_time(), "mu_flops": c.mu_flops(),
                 "mu_accounting": self.mu_accounting(),
                 "gen_seconds": c.gen_seconds, "train_seconds": c.train_seconds,
-                "probe_seconds": probe_seconds}
+                "probe_seconds": probe_seconds, **self.phases}
 
     def summary(self, counters: dict, *, histograms: dict | None,
                 rollouts_per_step: float, schedule: dict, also: tuple = (),
@@ -139,11 +148,11 @@ class RunBooks:
     # ---- checkpoints --------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """The counters as plain objects (checkpoint keys clock, counters, elapsed)."""
+        """The counters as plain objects (checkpoint keys clock, counters, elapsed, phases)."""
         return {"clock": self.clock.state_dict(),
                 "counters": {"next_item": self.next_item, "next_group": self.next_group,
                              "consumed": self.consumed},
-                "elapsed": self.wall_time()}
+                "elapsed": self.wall_time(), "phases": dict(self.phases)}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore ``state_dict``'s output (extra keys of a checkpoint are ignored)."""
@@ -152,6 +161,7 @@ class RunBooks:
         self.next_item, self.next_group, self.consumed = \
             c["next_item"], c["next_group"], c["consumed"]
         self.elapsed_before = state["elapsed"]
+        self.phases.update(state.get("phases", {}))  # absent in older checkpoints
 
 
 @dataclass

@@ -24,7 +24,7 @@ SUMMARY_KEYS = ("warm_start_accuracy", "best_eval_accuracy", "final_eval_accurac
 # uninterrupted one, everything else is identical (so are compute_units and mu_accounting
 # when schedule.mu_accounting is -1, i.e. taken from the measured, clock-based mu).
 TIMING_KEYS = ("wall_time", "gen_seconds", "train_seconds", "mu_measured", "probe_seconds",
-               "eval_seconds")
+               "eval_seconds", "grade_seconds", "checkpoint_seconds", "time_breakdown")
 EVAL_CHUNK = 256
 
 

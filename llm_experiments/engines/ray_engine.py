@@ -173,10 +173,13 @@ class ActorBooks:
 
 class RayRun:
     """The driver of a run on the Ray engine (module docstring). ``address``: see
-    ``connect``. ``holder``: the buffer actor's class (``BufferHolder``; a test may give a
-    subclass)."""
+    ``connect``. ``holder``, ``sampler_class``, ``trainer_class``: the actors' classes
+    (``BufferHolder``, ``SamplerWorker``, ``TrainerRank``; a test or ``ray_pull.RayPullRun``
+    gives subclasses)."""
 
     holder = BufferHolder
+    sampler_class = SamplerWorker
+    trainer_class = TrainerRank
 
     def __init__(self, cfg: Config, out_dir: str, address: str | None = None):
         self.cfg, self.out, self.address = cfg, out_dir, address
@@ -219,12 +222,12 @@ class RayRun:
         self.buffer = ray.remote(self.holder).options(
             num_cpus=0, name=f"{self.tag}/buffer", runtime_env={"env_vars": env}).remote(
             cfg, state["buffer"] if state else None)
-        self.samplers = [ray.remote(SamplerWorker).options(**place(i, b[i], f"sampler{i}"))
+        self.samplers = [ray.remote(self.sampler_class).options(**place(i, b[i], f"sampler{i}"))
                          .remote(cfg, i) for i in range(sc.workers)]
         model_ref = ray.put(state["model"]) if state else None
         opt_ref = ray.put(state["optimizer"]) if state else None
         probe_ref = ray.put(state.get("probes")) if state else None
-        self.trainers = [ray.remote(TrainerRank).options(
+        self.trainers = [ray.remote(self.trainer_class).options(
             **place(sc.workers + k, b[sc.workers + k], f"trainer{k}")).remote(
             cfg, k, self.buffer, model_ref, opt_ref, probe_ref if k == 0 else None, self.out)
             for k in range(sc.trainers)]
@@ -490,9 +493,9 @@ class RayRun:
     def save(self, log_position: int) -> None:
         """Write the checkpoint after step ``self.step`` (and probes.npz with probes)."""
         t0 = time.perf_counter()
-        model, opt, buf = self._get([self.trainers[0].weights.remote(),
-                                     self.trainers[0].optimizer_state.remote(),
-                                     self.buffer.state_dict.remote()], "trainer0/buffer")
+        model, opt = self._get([self.trainers[0].weights.remote(),
+                                self.trainers[0].optimizer_state.remote()], "trainer0")
+        buf = self._buffer_state()
         probes = self._save_probes()
         self.actor_books.phases["checkpoint_seconds"] += time.perf_counter() - t0
         actors = self.actor_books.state_dict()
@@ -501,6 +504,10 @@ class RayRun:
             "engine": "ray", "step": self.step, "model": model, "optimizer": opt,
             "buffer": buf, **self.books.state_dict(), "actors": actors, "probes": probes,
             "rng": checkpoint.rng_state(self.rng), "log_position": log_position})
+
+    def _buffer_state(self) -> dict:
+        """The buffer actor's state for a checkpoint."""
+        return self._get(self.buffer.state_dict.remote(), "buffer")
 
     def restore(self, state: dict) -> None:
         """Take the driver's part of a checkpoint (the actors take theirs in ``session``)."""
@@ -543,7 +550,8 @@ class RayRun:
         return self.books.summary(
             self.counters(), histograms=self._get(self.buffer.histograms.remote(), "buffer"),
             rollouts_per_step=c.generated / max(c.steps, 1),
-            schedule={"mode": sc.mode, "engine": "ray", "workers": sc.workers,
+            schedule={"mode": sc.mode, "engine": "ray", "ray_loop": sc.ray_loop,
+                      "workers": sc.workers,
                       "trainers": sc.trainers, "refresh_every": sc.refresh_every,
                       "chunk_groups": self.chunk_groups, "latency": None,
                       "injected_gen_delay": sc.injected_gen_delay,

@@ -67,3 +67,27 @@ def run_small(out_dir, *overrides):
     from llm_experiments.engines.metrics import read_jsonl
     summary = run_experiment(small_config(*overrides), str(out_dir))
     return summary, read_jsonl(os.path.join(str(out_dir), "metrics.jsonl"))
+
+
+def killed_and_resumed(monkeypatch, engine_class, cfg, out_dir, kill_at: int, before=None):
+    """Run ``cfg`` into ``out_dir`` with ``engine_class.train`` interrupted (KeyboardInterrupt,
+    once) at step ``kill_at``, then ``--resume`` it; ``before(engine, t)`` is called before
+    every step of both sessions. Returns (summary, metrics records)."""
+    import pytest
+
+    from llm_experiments.engines.experiment import run_experiment
+    from llm_experiments.engines.metrics import read_jsonl
+    real, killed = engine_class.train, []
+
+    def train(self, t, evaluate):
+        if before is not None:
+            before(self, t)
+        if t == kill_at and not killed:
+            killed.append(t)
+            raise KeyboardInterrupt
+        return real(self, t, evaluate)
+    monkeypatch.setattr(engine_class, "train", train)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, str(out_dir))
+    summary = run_experiment(cfg, str(out_dir), resume=True)
+    return summary, read_jsonl(os.path.join(str(out_dir), "metrics.jsonl"))

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from llm_helpers import CACHE, import_extra, small_config
+from llm_helpers import CACHE, import_extra, killed_and_resumed, small_config
 
 ray = import_extra("ray", "ray")
 
@@ -417,3 +417,57 @@ def test_the_driver_hands_on_chunks_while_it_evaluates(bounded, tmp_path):
     records = read_jsonl(str(tmp_path / "metrics.jsonl"))
     evaluated = [r["step"] for r in records if r.get("eval_accuracy") is not None]
     assert evaluated == [0, 2, 3]
+
+
+def test_the_actors_run_the_loop_without_the_driver(cluster, tmp_path, monkeypatch):
+    """schedule.ray_loop=actors: the samplers loop on their own and the trainer runs blocks
+    of steps up to each checkpoint, pulling from the buffer actor. The driver starts only
+    those blocks (at steps 0, 5 and 10 of 12, and 5 again after the kill at step 7), yet
+    every step is logged once with its staleness (>= 0), and the killed run resumes."""
+    from llm_experiments.engines.ray_pull import RayPullRun
+    cfg = small_config(*RAY, "schedule.ray_loop=actors", "run.steps=12", "eval.every=4",
+                       "run.checkpoint_every=5")
+    blocks = []
+
+    def count_blocks(run, t):
+        if run.block is None:
+            blocks.append(t)
+    summary, records = killed_and_resumed(monkeypatch, RayPullRun, cfg, tmp_path / "run", 7,
+                                          before=count_blocks)
+    assert blocks == [0, 5, 5, 10]  # the second block again after the kill
+    assert [r["step"] for r in records] == list(range(13))
+    assert [r["step"] for r in records if r.get("eval_accuracy") is not None] == [0, 4, 8, 12]
+    stale = [r["staleness_mean"] for r in records[:-1]]
+    assert all(s is not None and s >= 0 for s in stale)
+    assert summary["samples_consumed"] == 12 * cfg.schedule.batch_size
+    assert summary["schedule"]["ray_loop"] == "actors"
+    assert records[-1]["gen_seconds"] > 0 and records[-1]["train_seconds"] > 0
+    # the books count what the buffer holds, across the kill (chunks at a checkpoint included)
+    assert sum(summary["histograms"]["replay_ratio"].values()) == summary["samples_generated"]
+
+
+def test_the_actors_loop_refuses_what_needs_the_driver():
+    for bad, name in (("probe.every=5", "probe.every"), ("buffer.lifo=true", "buffer.lifo")):
+        with pytest.raises(ValueError, match=name) as err:
+            small_config(*RAY, "schedule.ray_loop=actors", bad, "buffer.capacity=64")
+        assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="schedule.ray_loop=actors needs schedule.engine=ray"):
+        small_config("schedule.ray_loop=actors")
+
+
+def test_the_actors_loop_runs_the_serial_quotas_in_mode_sync(cluster, tmp_path):
+    """Mode sync on Ray (ray_loop=actors): the serial schedule's rollouts per step exactly
+    (B / y = 8 a step at y = 2, none made past the last step's chunk), every step waiting
+    for its chunk, and the consumption lag logged."""
+    from llm_experiments.engines.experiment import run_experiment
+    from llm_experiments.engines.metrics import read_jsonl
+    cfg = small_config("schedule.engine=ray", "schedule.mode=sync", "probe.every=0",
+                       "schedule.ray_loop=actors", "run.steps=8", "eval.every=100",
+                       "run.checkpoint_every=4")
+    summary = run_experiment(cfg, str(tmp_path))
+    records = read_jsonl(str(tmp_path / "metrics.jsonl"))
+    assert [r["step"] for r in records] == list(range(9))
+    assert summary["samples_generated"] == 8 * 8
+    assert summary["samples_consumed"] == 8 * 16
+    assert all(r["staleness_mean"] >= 0 for r in records[:-1])
+    assert sum(summary["histograms"]["replay_ratio"].values()) == summary["samples_generated"]
