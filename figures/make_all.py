@@ -136,11 +136,16 @@ def _losses(out):
                        + ([] if out is None else ["--out", str(out)]))  # raises if absent
 
 
+def _time_breakdown(out):
+    from figures import time_breakdown
+    return time_breakdown.main([] if out is None else ["--out", str(out)])  # raises if absent
+
+
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
             "verdicts": _verdicts, "windows": _windows, "growth": _growth, "align": _align,
             "align_variants": _align_variants, "align_moments": _align_moments,
             "align_buffer": _align_buffer, "unclipped": _unclipped, "losses": _losses,
-            "advice": _advice}
+            "advice": _advice, "time_breakdown": _time_breakdown}
 
 
 def main(argv=None) -> int:
