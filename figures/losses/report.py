@@ -56,6 +56,11 @@ def _claims(claims: dict) -> list[str]:
     for k, ok in claims.items():
         if isinstance(ok, bool):
             out.append(f"* {k}: {'holds' if ok else 'fails'}")
+        elif k == "best_fixed":
+            out.append(f"* the best fixed cell: {ok['loss']} at x = {ok['x']} (AUC "
+                       f"{ok['auc_on_adaptive_seeds']:.3f} on the adaptive arms' seeds); each "
+                       "adaptive arm minus it, paired by seed: " + ", ".join(
+                           f"{arm} {_cell(d)}" for arm, d in ok["adaptive_minus_best"].items()))
         elif k == "G2":
             out.append(f"* G2, each loss's best cell minus grpo's best: " + ", ".join(
                 f"{loss} {_cell(d)}" for loss, d in ok.items()))

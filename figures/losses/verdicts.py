@@ -160,9 +160,14 @@ def _best_fixed(adaptive: dict, fixed: dict, rows: dict) -> dict:
     top = max(((k, x) for k in means for x in means[k]), key=lambda kx: means[kx[0]][kx[1]])
     seeds = set.intersection(*(set(r) for by_tau in adaptive.values() for r in by_tau.values()))
     runs = fixed[top[0]][float(top[1])]
+    rng = np.random.default_rng(4)
     return {"loss": top[0], "x": top[1],
             "auc_on_adaptive_seeds": float(np.mean([auc(runs[s]) for s in sorted(seeds)
-                                                    if s in runs]))}
+                                                    if s in runs])),
+            "adaptive_minus_best": {f"{loss} {tau:g}": (p["minus"] if p else None)
+                                    for loss, by_tau in adaptive.items()
+                                    for tau, arm in by_tau.items()
+                                    for p in [paired(arm, runs, rng)]}}
 
 
 def _adaptive_ready(ar: dict) -> bool:
