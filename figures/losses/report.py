@@ -99,13 +99,14 @@ def adaptive_table(rows: dict, claims: dict, seeds: int, title: str) -> str:
     """The adaptive horizon against x = 64 of the same loss, as markdown."""
     lines = [f"## {title}", "",
              "| loss | drop (log r)^2 > | seeds | AUC | minus x = 64 | staleness (adaptive, "
-             "x = 64) |", "|---|---|---|---|---|---|"]
+             "x = 64) | held at the end |", "|---|---|---|---|---|---|---|"]
     for loss, by_tau in rows.items():
         for tau, r in sorted(by_tau.items()):
             if r:
                 st = r["staleness"]
                 lines.append(f"| {loss} | {tau:g} | {r['seeds']} | {_cell(r['auc'])} | "
-                             f"{_cell(r['minus'])} | {st[0]:.1f}, {st[1]:.1f} |")
+                             f"{_cell(r['minus'])} | {st[0]:.1f}, {st[1]:.1f} | "
+                             f"{r['held_at_end']:.0f} |")
     have = max((r["seeds"] for by_tau in rows.values() for r in by_tau.values() if r), default=0)
     return "\n".join(lines + ["", f"Registered claims ({_status(have, seeds)}):", ""] +
                      _claims(claims)) + "\n"

@@ -137,9 +137,17 @@ def staleness(run) -> float:
     return float(np.nanmean(np.array(run.train["staleness_mean"], float)))
 
 
+def held(run) -> float:
+    """Rollouts the buffer held at the run's last compacted step (NaN where not logged)."""
+    occupancy = np.asarray(run.train.get("buffer_occupancy", []), float)
+    finite = occupancy[np.isfinite(occupancy)]
+    return float(finite[-1]) if finite.size else float("nan")
+
+
 def adaptive_rows(adaptive: dict, fixed: dict) -> dict:
     """{loss: {tau: {"auc" ..., "minus" (adaptive - fixed x = 64), "staleness" (adaptive,
-    x = 64)}}} over the seeds both hold."""
+    x = 64), "held_at_end" (rollouts in the buffer at the end)}}} over the seeds both
+    hold."""
     rng = np.random.default_rng(2)
     out: dict = {}
     for loss, by_tau in adaptive.items():
@@ -150,6 +158,7 @@ def adaptive_rows(adaptive: dict, fixed: dict) -> dict:
                 seeds = sorted(set(runs) & set(at64))
                 p["staleness"] = (float(np.mean([staleness(runs[s]) for s in seeds])),
                                   float(np.mean([staleness(at64[s]) for s in seeds])))
+                p["held_at_end"] = float(np.mean([held(runs[s]) for s in seeds]))
             out.setdefault(loss, {})[tau] = p
     return out
 

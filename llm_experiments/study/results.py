@@ -36,6 +36,8 @@ TRAIN_KEYS = ("train_reward", "entropy", "staleness_mean", "replay_ratio_mean",
 # runs from before them compact to the same bytes.
 STALENESS_KEYS = ("staleness_max", "ratio_max", "logr2", "logr2_kept", "acted_pos",
                   "acted_neg", "head_grad_norm")
+# The adaptive horizon's (theory.md 12.4): kept only for runs that evict by drift.
+ADAPTIVE_KEYS = ("dropped", "buffer_occupancy")
 TRAIN_EVERY = 5  # keep every 5th step of the training curves
 CURVES = "a compacted curves.jsonl (results.py)"  # for error messages
 
@@ -129,6 +131,8 @@ def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
     train = [r for r in records if r["step"] % TRAIN_EVERY == 0]
     base = ("step", "samples_generated", "samples_consumed")
     logged = tuple(k for k in STALENESS_KEYS if any(k in r for r in train))
+    if any("dropped" in r for r in train):
+        logged += ADAPTIVE_KEYS
     return {"run_id": run_id, "settings": settings,
             "batch_size": cfg["schedule"]["batch_size"],
             "eval": _columns(evals, base + EVAL_KEYS),
