@@ -94,9 +94,10 @@ def test_make_all_builds_what_it_can_and_reports_what_it_skips(tmp_path, capsys,
     out, err = capsys.readouterr()
     written = sorted(str(p) for p in (tmp_path / "out").iterdir())
     assert sorted(out.split()) == written
-    # the theory figures, and the advice's score (its evidence ships with replaytheory)
+    # the theory figures, the advice's score (its evidence ships with replaytheory) and the
+    # time breakdown (from the committed benchmark result, not from results/)
     assert {Path(p).name for p in written} == {
         f"{stem}.{ext}" for stem in ("theory_optimum_vs_mu", "theory_k_function",
-                                     "theory_saving_heatmap") for ext in ("png", "pdf")} | \
-        {"advice.md", "advice.json"}
+                                     "theory_saving_heatmap", "time_breakdown")
+        for ext in ("png", "pdf")} | {"advice.md", "advice.json", "time_breakdown.md"}
     assert "simulation: skipped" in err and "paired: skipped" in err

@@ -292,3 +292,25 @@ def test_a_run_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
         kill_recorded(pid_dir)
     assert signal.getsignal(signal.SIGTERM) == handler  # put back
     assert not list((out / "runs").glob("*/summary.json"))
+
+
+def test_a_ray_task_stops_its_run_when_the_stop_file_appears(tmp_path):
+    """The sweep's stop file stops a run even where Ray's cancel never arrives: the task's
+    poll sees it within a second and stops the run's process (``_ray_call``, called here
+    without Ray)."""
+    import sys
+    import threading
+    import time
+
+    from llm_experiments.study.sweep import _ray_call, _stop_file
+    log = tmp_path / "run.log"
+    result = []
+    started = time.time()
+    worker = threading.Thread(target=lambda: result.append(_ray_call(
+        [sys.executable, "-c", "import time; time.sleep(60)"], str(log), {}, 0.5)))
+    worker.start()
+    time.sleep(1.0)
+    open(_stop_file(log), "w").close()
+    worker.join(timeout=20)
+    assert not worker.is_alive() and result and result[0] != 0
+    assert time.time() - started < 20

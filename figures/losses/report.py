@@ -200,6 +200,9 @@ def main(argv=None) -> list[Path]:
     p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
     folder = Path(a.results)
+    first = folder / SETTING1[0] / "curves.jsonl.gz"
+    if not first.exists():  # make_all reports the family as skipped
+        raise FileNotFoundError(str(first))
     arms, on_policy = load(folder, SETTING1[0])
     one = judge_grid(arms, on_policy, SETTING1[1], lambda rows: claims_setting1(arms, rows))
     two = judge_grid(*load(folder, SETTING2[0]), SETTING2[1], claims_setting2)

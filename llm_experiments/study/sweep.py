@@ -37,6 +37,7 @@ their end; stop them before rerunning the sweep.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -374,17 +375,26 @@ def _on_local(todo: list[RunSpec], prepare, books: "_Books", workers: int, env: 
             future.result()
 
 
+def _stop_file(log_path) -> str:
+    """The file whose presence tells a Ray task to stop its run (next to the run's log)."""
+    return f"{log_path}.stop"
+
+
 def _ray_call(cmd: list[str], log_path: str, env: dict, grace: float) -> int:
     """A sweep run as a Ray task: the run's command in a subprocess, output to its log.
-    ``ray.cancel`` (a KeyboardInterrupt here) stops the run (``stop_runs``)."""
+    ``ray.cancel`` (a KeyboardInterrupt here) or the run's stop file (``_stop_file``, written
+    by the sweep when signalled: Ray delivers a cancel to a busy worker late, or not at all)
+    stops the run (``stop_runs``)."""
     with open(log_path, "a") as log:
         proc = _start_run(cmd, log, env)
         try:
             while True:
-                try:  # a timed wait polls, so that the cancel's interrupt is seen
+                try:  # a timed wait polls, so that the cancel and the stop file are seen
                     return proc.wait(timeout=1.0)
                 except subprocess.TimeoutExpired:
-                    pass
+                    if os.path.exists(_stop_file(log_path)):
+                        stop_runs([proc], grace)
+                        return proc.wait()
         except KeyboardInterrupt:
             stop_runs([proc], grace)
             raise
@@ -408,6 +418,8 @@ def _on_ray(todo: list[RunSpec], prepare, finish, address: str | None, env: dict
         calls = {}
         for run in todo:
             cmd, log_path = prepare(run)
+            with contextlib.suppress(FileNotFoundError):  # an earlier sweep's stop
+                os.remove(_stop_file(log_path))
             calls[task.remote(cmd, str(log_path), env, grace)] = (run, cmd, log_path)
         while calls and signals.signum is None:
             done, _ = ray.wait(list(calls), num_returns=1, timeout=_POLL_S)
@@ -420,7 +432,8 @@ def _on_ray(todo: list[RunSpec], prepare, finish, address: str | None, env: dict
                         log.write(f"\nRay task failed: {exc}\n")
                     rc = -1
                 finish(run, cmd, log_path, rc)
-        for ref in calls:
+        for ref, (_, _, log_path) in calls.items():
+            Path(_stop_file(log_path)).touch()
             ray.cancel(ref)
         if calls:
             ray.wait(list(calls), num_returns=len(calls), timeout=grace + 5)

@@ -25,9 +25,13 @@ def test_books_ids_counters_and_checkpoint_round_trip():
     assert c["mu_accounting"] == 2.0 and c["probe_seconds"] == 0.1
     books.start_step()
     assert books.train_reward() is None
-    # the emulated engine's checkpoint layout is kept: clock, counters, elapsed
+    # the emulated engine's checkpoint layout: clock, counters, elapsed, and the seconds per
+    # phase (time_breakdown); a checkpoint from before the phases still loads
     state = books.state_dict()
-    assert set(state) == {"clock", "counters", "elapsed"}
+    assert set(state) == {"clock", "counters", "elapsed", "phases"}
+    older = RunBooks(ComputeClock(1, 1))
+    older.load_state_dict({k: v for k, v in state.items() if k != "phases"})
+    assert set(older.phases.values()) == {0.0}
     back = RunBooks(ComputeClock(1, 1))
     back.load_state_dict(state)
     assert (back.next_item, back.next_group, back.consumed) == (16, 4, 8)
