@@ -80,8 +80,9 @@ def complete(means: dict, horizons) -> bool:
     return all(set(horizons) <= set(means.get(loss, {})) for loss in LOSSES)
 
 
-def _g1(means: dict, short: int = 64) -> dict:
-    return {k: bool(m[256] >= m[short] - 0.01) for k, m in means.items()}
+def _g1(means: dict) -> dict:
+    """G1 per loss: AUC(x = 256) >= AUC(x = 64) - 0.01 (mean)."""
+    return {k: bool(m[256] >= m[64] - 0.01) for k, m in means.items()}
 
 
 def _best_cells(arms: dict, means: dict, best: dict) -> dict:
