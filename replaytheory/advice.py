@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from . import checks
+from .adaptive_advice import AdaptiveAdvice, AdaptivePair, choose_adaptive, load_adaptive_evidence
 from .loss_advice import LossComparison, LossGrid, choose_loss, describe, load_loss_evidence
 
 EVIDENCE_PATH = Path(__file__).resolve().parent / "data" / "horizon_evidence.json"
@@ -133,6 +134,9 @@ class Advice:
     on-policy's over the kept settings (a ``Spread``, accuracy points, at equal compute at
     the matched mu; None without on-policy cells). evidence: the settings kept;
     run_updates, mu: where they were matched. provenance: where each part comes from.
+    adaptive: the adaptive buffer as an alternative to the fixed horizon
+    (``adaptive_advice.choose_adaptive``, theory.md 13.2; ``adaptive.named`` says whether the
+    rule names it), None for on-policy advice or a loss it was not measured with.
     """
 
     loss: str
@@ -150,6 +154,7 @@ class Advice:
     mu: float
     provenance: dict = field(default_factory=dict)
     loss_comparisons: tuple[LossComparison, ...] = ()
+    adaptive: AdaptiveAdvice | None = None
 
     @property
     def on_policy(self) -> bool:
@@ -174,6 +179,7 @@ class Advice:
         d["band"] = [b.__dict__ for b in self.band]
         d["loss_comparisons"] = [c.__dict__ for c in self.loss_comparisons]
         d["gain"] = None if self.gain is None else self.gain.__dict__
+        d["adaptive"] = None if self.adaptive is None else self.adaptive.to_dict()
         d["evidence"] = list(self.evidence)
         return d
 
@@ -219,24 +225,28 @@ def _choose(kept: list[Evidence], mu: float) -> tuple[tuple[float, float], np.nd
 
 def advise(mu: float, run_updates: int | None = None, *, evidence: list[Evidence] | None = None,
            exclude_families=(), epsilon: float = EPSILON,
-           loss_evidence: list[LossGrid] | None = None) -> Advice:
+           loss_evidence: list[LossGrid] | None = None,
+           adaptive_evidence: list[AdaptivePair] | None = None) -> Advice:
     """The advice for cost ratio ``mu`` (> 0) and a run of ``run_updates`` trainer updates
     (integer >= 1, or None: the longest runs measured), from ``evidence`` (default: the
     committed ``EVIDENCE_PATH``) less ``exclude_families``; ``epsilon`` in [0, 1) the band's
     width in regret; the loss from ``loss_evidence`` (default: the committed
-    ``loss_advice.LOSS_EVIDENCE_PATH``). With no evidence left the horizon is the rule
-    x = 64, y = sqrt(mu), said so."""
+    ``loss_advice.LOSS_EVIDENCE_PATH``); the adaptive alternative from ``adaptive_evidence``
+    (default: the committed ``adaptive_advice.ADAPTIVE_EVIDENCE_PATH``). With no evidence left
+    the horizon is the rule x = 64, y = sqrt(mu), said so."""
     mu = checks.positive("mu", mu)
     if run_updates is not None:
         run_updates = checks.integer("run_updates", run_updates, 1)
     epsilon = checks.real("epsilon", epsilon, 0.0, 1.0, hi_open=True)
     pool = load_evidence() if evidence is None else evidence
     grids = load_loss_evidence() if loss_evidence is None else loss_evidence
+    pairs = load_adaptive_evidence() if adaptive_evidence is None else adaptive_evidence
     kept = matched([e for e in pool if e.family not in set(exclude_families)], mu, run_updates)
     if not kept:
-        return _rule_only(mu, run_updates, grids)
+        return _rule_only(mu, run_updates, grids, pairs)
     (x, y), reg, dominates = _choose(kept, mu)
     loss, comparisons = choose_loss(x, y, grids)
+    adaptive = choose_adaptive(loss, x <= 1.0 and y <= 1.0, pairs)
     band = []
     for c in _candidates(kept):
         r = _regrets(kept, *c)
@@ -253,24 +263,32 @@ def advise(mu: float, run_updates: int | None = None, *, evidence: list[Evidence
         gain=Spread.of(gains) if ons else None,
         evidence=tuple(e.setting for e in kept), run_updates=kept[0].run_updates,
         mu=float(np.median([e.mu for e in kept])),
-        loss_comparisons=comparisons,
+        loss_comparisons=comparisons, adaptive=adaptive,
         provenance={"loss": describe(loss, comparisons),
                     "horizon": f"measured: {len(kept)} settings at T = "
                                f"{kept[0].run_updates} updates (section 13)",
                     "replay_ratio": "measured, with the horizon (one grid cell)",
-                    "band": f"measured: mean regret within {epsilon:g} of the advice's"})
+                    "band": f"measured: mean regret within {epsilon:g} of the advice's",
+                    **_adaptive_line(adaptive)})
 
 
-def _rule_only(mu: float, run_updates: int | None, grids: list[LossGrid]) -> Advice:
+def _adaptive_line(adaptive: AdaptiveAdvice | None) -> dict:
+    return {} if adaptive is None else {"adaptive": adaptive.reason}
+
+
+def _rule_only(mu: float, run_updates: int | None, grids: list[LossGrid],
+               pairs: list[AdaptivePair]) -> Advice:
     y = max(1.0, math.sqrt(mu))
     loss, comparisons = choose_loss(RULE_HORIZON, y, grids)
+    adaptive = choose_adaptive(loss, False, pairs)
     return Advice(loss=loss, horizon=RULE_HORIZON, replay_ratio=y, band=(),
                   epsilon=EPSILON, regret=math.nan, rule_regret=math.nan,
                   on_policy_regret=None, dominates=False, gain=None, evidence=(),
                   run_updates=run_updates or 0, mu=mu,
                   provenance={"horizon": "the rule x = 64, y = sqrt(mu): no evidence",
-                              "replay_ratio": "the rule", "loss": describe(loss, comparisons)},
-                  loss_comparisons=comparisons)
+                              "replay_ratio": "the rule", "loss": describe(loss, comparisons),
+                              **_adaptive_line(adaptive)},
+                  loss_comparisons=comparisons, adaptive=adaptive)
 
 
 @dataclass(frozen=True)

@@ -807,7 +807,19 @@ def _explain_evidence(rec: ReplayRecommendation) -> str:
             f"{'' if a.on_policy_regret is None else f', on-policy {a.on_policy_regret:.3f}'}) "
             f"over {len(a.evidence)} settings measured at {a.run_updates} updates and mu "
             f"near {a.mu:.3g}; {dom}. Within {a.epsilon:g} of its mean regret: {band}. "
-            f"Loss: {a.loss} ({a.provenance['loss']}).")
+            f"Loss: {a.loss} ({a.provenance['loss']}).{_explain_adaptive(a.adaptive)}")
+
+
+def _explain_adaptive(adaptive) -> str:
+    """The adaptive buffer's line (section 13.2), empty where it does not apply."""
+    if adaptive is None:
+        return ""
+    if adaptive.named:
+        return (f" Where the buffer can evict by staleness (the harness's buffer.drop_logr2, "
+                f"ReplaySettings.drop_logr2 of ReplayGRPOTrainer): keep every rollout up to "
+                f"{adaptive.horizon:g} updates old and drop those whose mean (log r)^2 passes "
+                f"{adaptive.drop_logr2:g}; {adaptive.reason}.")
+    return f" Adaptive buffer: {adaptive.reason}."
 
 
 def design_grid(mus, alphas, rho: float, *, average: str | None = None) -> dict:

@@ -18,6 +18,12 @@ The loss evidence (``loss_advice.LOSS_EVIDENCE_PATH``, read by ``loss_advice.cho
 comes from the compacted runs of the registered loss grids (``LOSS_GRIDS``, theory.md 12.3):
 one record per grid with, per sync (loss, x) cell, each seed's AUC (mean eval accuracy over
 the run's evaluations). Written by the same command.
+
+The adaptive evidence (``adaptive_advice.ADAPTIVE_EVIDENCE_PATH``, read by
+``adaptive_advice.choose_adaptive``) pairs, per setting, the adaptive buffer's runs
+(``buffer.drop_logr2`` > 0) with the runs of x = 64 that share every other setting but the
+seed (``ADAPTIVE_GRIDS``: the adaptive grid and the grid holding its fixed arm). A grid of
+several settings names each by the settings that tell them apart.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .adaptive_advice import ADAPTIVE_EVIDENCE_PATH, FIXED_HORIZON
 from .advice import EVIDENCE_PATH
 from .loss_advice import LOSS_EVIDENCE_PATH
 from .io import open_text, write_text
@@ -37,6 +44,13 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 WHOLE_RUNS = ("heldout_digits3", "heldout_init", "heldout_wide", "seconds_groups")
 MU_SOURCES = ("measured", "2", "6.84")
 LOSS_GRIDS = ("horizon_losses", "horizon_losses_lr2")  # theory.md 12.3
+# (adaptive grid, grid of its x = 64 arm): theory.md 12.4, 12.6, 13.2
+ADAPTIVE_GRIDS = (("horizon_adaptive", "horizon_losses"),
+                  ("horizon_adaptive_lr2", "horizon_losses_lr2"),
+                  ("adaptive_transfer", "adaptive_transfer"), ("adaptive_long", "adaptive_long"))
+NAME_SKIP = ("model.intermediate_size", "model.warm_start_path", "model.warm_start_sha256",
+             "eval.every")  # follow from the setting's other keys
+PAIRED_BY = ("buffer.horizon", "buffer.drop_logr2", "run.seed")  # what the two arms may differ in
 
 
 def _warm_start(results: Path, curves: str, cache: dict) -> float:
@@ -106,12 +120,86 @@ def collect_losses(results: Path = RESULTS) -> list[dict]:
             if (results / name / "curves.jsonl.gz").exists()]
 
 
+def _runs(curves: Path):
+    """(settings, AUC, run length) of each synchronous run in ``curves``."""
+    with open_text(str(curves)) as fh:
+        for line in filter(str.strip, fh):
+            run = json.loads(line)
+            if run["settings"].get("schedule.mode") == "sync":
+                yield (run["settings"], float(np.mean(run["eval"]["eval_accuracy"])),
+                       int(run["eval"]["step"][-1]))
+
+
+def paired_signature(settings: dict) -> tuple:
+    """A run's settings but those the adaptive arm and its x = 64 arm may differ in, sorted."""
+    return tuple(sorted((k, v) for k, v in settings.items() if k not in PAIRED_BY))
+
+
+def setting_names(grid: str, signatures) -> dict:
+    """{signature: name}: the grid's name, and where the grid holds several settings, the
+    settings that tell them apart and that each one sets (the loss is recorded apart; keys
+    that only follow from another, ``NAME_SKIP``, are left out unless names would clash)."""
+    signatures = sorted(signatures)
+    differ = sorted({k for sig in signatures for k, v in sig if k != "trainer.loss"
+                     and any(dict(o).get(k) != v for o in signatures)})
+
+    def names(skip) -> dict:
+        return {sig: grid + (": " + ", ".join(f"{k}={v}" for k, v in sig
+                                              if k in differ and k not in skip)
+                             if differ else "") for sig in signatures}
+    short = names(NAME_SKIP)
+    return short if len(set(short.values())) == len(short) else names(())
+
+
+def _adaptive_pairs(grid: str, adaptive: Path, fixed: Path) -> list[dict]:
+    """The records of one adaptive grid against its x = 64 arm (module docstring)."""
+    arms: dict = {}
+    for settings, score, steps in _runs(adaptive):
+        tau = float(settings.get("buffer.drop_logr2", 0.0))
+        if tau > 0:
+            arms.setdefault((paired_signature(settings), tau), {})[int(settings["run.seed"])] = \
+                (score, steps)
+    base: dict = {}
+    for settings, score, steps in _runs(fixed):
+        if (float(settings.get("buffer.drop_logr2", 0.0)) == 0
+                and float(settings["buffer.horizon"]) == FIXED_HORIZON):
+            base.setdefault(paired_signature(settings), {})[int(settings["run.seed"])] = score
+    names = setting_names(grid, {sig for sig, _ in arms})
+    out = []
+    for (sig, tau), by_seed in sorted(arms.items()):
+        s = dict(sig)
+        fixed_arm = base.get(sig, {})
+        out.append({"setting": names[sig], "grid": grid,
+                    "run_updates": max(v[1] for v in by_seed.values()),
+                    "lr": float(s["trainer.lr"]),
+                    "replay_ratio": float(s["schedule.replay_ratio"]),
+                    "loss": s.get("trainer.loss", "grpo"), "tau": tau,
+                    "seeds_adaptive": sorted(by_seed),
+                    "auc_adaptive": [round(by_seed[k][0], 6) for k in sorted(by_seed)],
+                    "seeds_fixed": sorted(fixed_arm),
+                    "auc_fixed": [round(fixed_arm[k], 6) for k in sorted(fixed_arm)]})
+    return out
+
+
+def collect_adaptive(results: Path = RESULTS) -> list[dict]:
+    """The adaptive evidence: the adaptive arm against x = 64 per setting (module
+    docstring), sorted."""
+    out = []
+    for grid, fixed in ADAPTIVE_GRIDS:
+        a, f = (results / name / "curves.jsonl.gz" for name in (grid, fixed))
+        if a.exists() and f.exists():
+            out += _adaptive_pairs(grid, a, f)
+    return sorted(out, key=lambda r: (r["setting"], r["loss"], r["tau"]))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=str(RESULTS), help="the results folder")
     p.add_argument("--out", default=str(EVIDENCE_PATH), help="the evidence file to write")
     p.add_argument("--loss-out", default=str(LOSS_EVIDENCE_PATH),
                    help="the loss evidence file to write")
+    p.add_argument("--adaptive-out", default=str(ADAPTIVE_EVIDENCE_PATH),
+                   help="the adaptive evidence file to write")
     a = p.parse_args(argv)
     records = collect(Path(a.results))
     write_text(a.out, json.dumps(records, indent=0, sort_keys=True) + "\n")
@@ -119,6 +207,9 @@ def main(argv=None) -> int:
     grids = collect_losses(Path(a.results))
     write_text(a.loss_out, json.dumps(grids, indent=0, sort_keys=True) + "\n")
     print(f"{len(grids)} loss grids -> {a.loss_out}")
+    pairs = collect_adaptive(Path(a.results))
+    write_text(a.adaptive_out, json.dumps(pairs, indent=0, sort_keys=True) + "\n")
+    print(f"{len(pairs)} adaptive settings -> {a.adaptive_out}")
     return 0
 
 

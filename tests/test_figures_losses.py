@@ -7,6 +7,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from figures import losses
 from figures.losses.verdicts import LOSSES
 
@@ -77,3 +79,49 @@ def test_copies_of_grpo_differ_by_nothing_and_claims_follow_the_means(tmp_path):
     assert all(by["64.0"]["minus"] == [0.0, 0.0, 0.0] == by["grpo_64"]["minus"]
                for by in second["rows"].values())
     assert len(paths) == 6
+
+
+def _transfer(folder: Path, gains: dict):
+    """A transfer grid of cpu_sweep_v3's x = 64 runs (lr 1e-4, y = 2, seeds 0-2), one setting
+    per key of ``gains`` (task.digits), each with an adaptive arm that is the same run plus
+    the setting's gain in every evaluation, dropping 16 of 32 rollouts per update and
+    holding 5,000."""
+    (folder / "adaptive_transfer").mkdir()
+    out = gzip.open(folder / "adaptive_transfer" / "curves.jsonl.gz", "wt")
+    with gzip.open(RESULTS / "cpu_sweep_v3" / "curves.jsonl.gz", "rt") as src, out:
+        for line in src:
+            rec = json.loads(line)
+            s = rec["settings"]
+            if (s.get("run.seed") not in (0, 1, 2) or s.get("trainer.lr") != 1e-4
+                    or s.get("schedule.replay_ratio") != 2.0 or s.get("buffer.horizon") != 64):
+                continue
+            summary = {**rec["summary"], "rollouts_per_step": 32.0}
+            n = len(rec["train"]["step"])
+            for digits, gain in gains.items():
+                s2 = {**s, "task.digits": digits}
+                out.write(json.dumps({**rec, "settings": s2, "summary": summary}) + "\n")
+                ev = {**rec["eval"], "eval_accuracy": [a + gain for a in
+                                                       rec["eval"]["eval_accuracy"]]}
+                tr = {**rec["train"], "dropped": [16] * n, "buffer_occupancy": [5000] * n}
+                out.write(json.dumps({**rec, "eval": ev, "train": tr, "summary": summary,
+                                      "settings": {**s2, "buffer.horizon": 1024,
+                                                   "buffer.drop_logr2": 0.05}}) + "\n")
+
+
+def test_the_transfer_claims_follow_the_paired_gains(tmp_path):
+    """C1-C3 read each setting's paired gain, drop share and what it holds; C4 stays as
+    predicted (not named) while fewer settings than the rule needs are in."""
+    from figures.losses.transfer import judge_transfer, transfer_table
+    _transfer(tmp_path, {2: 0.02, 3: 0.03, 4: 0.01, 5: 0.02})
+    v = judge_transfer(tmp_path)
+    assert len(v["rows"]) == 4 and v["seeds"]["adaptive_transfer"] == 3
+    row = v["rows"]["adaptive_transfer: task.digits=3"]
+    assert row["minus"][0] == pytest.approx(0.03) and row["drop_share"] == pytest.approx(0.5)
+    assert row["held"] == (5000.0, 2048.0)
+    c = v["claims"]
+    assert c["C1"] and c["C2"] and c["C3"] and c["C4"] and c["pooled"][0] == pytest.approx(0.02)
+    assert "4 of the 6" in c["rule"] and "INTERIM" in transfer_table(v)
+    worse = tmp_path / "worse"
+    worse.mkdir()
+    _transfer(worse, {2: 0.02, 3: -0.03, 4: 0.01, 5: 0.02})
+    assert judge_transfer(worse)["claims"]["C1"] is False

@@ -1,8 +1,8 @@
-"""The verdicts of the three registered loss grids (theory.md 12.3-12.4,
+"""The verdicts of the registered loss grids (theory.md 12.3-12.4,
 docs/experiments/horizon_losses.md), for ``figures.losses.report``: setting 1 (P1-P5,
-``experiments/horizon_losses.yaml``), setting 2 (Q1-Q3, ``horizon_losses_lr2.yaml``) and the
-adaptive horizon (A1-A3, ``horizon_adaptive.yaml``; B1-B3 on setting 2, ``horizon_adaptive_lr2.yaml``) and
-each loss at a second learning rate (L1-L4,
+``experiments/horizon_losses.yaml``), setting 2 (Q1-Q3, ``horizon_losses_lr2.yaml``), the
+adaptive horizon (A1-A3, ``horizon_adaptive.yaml``; B1-B3 on setting 2,
+``horizon_adaptive_lr2.yaml``) and each loss at a second learning rate (L1-L4,
 ``horizon_losses_lr.yaml``).
 
 AUC is the mean eval accuracy over a run's evaluations; intervals are 95% seed-bootstrap

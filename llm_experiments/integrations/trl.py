@@ -62,6 +62,7 @@ from ..policy.models import param_count
 from ..probing.probes import Prober, RunCounts
 from ..samplers import WeightUpdate
 from ..rl.schedule import ComputeClock, Production, WeightStore
+from ..rl.trainer import row_logr2
 
 SUPPORTED_TRL = ">=1.16,<1.17"
 # GRPOTrainer methods this module overrides or calls, with the parameters it relies on.
@@ -205,7 +206,10 @@ class ReplaySettings:
     step (integer >= 1). sampling: one of ``replaytheory.buffer.SAMPLING_MODES``. delta:
     positive-bias share in [0, 1) (reward > 0 counts as positive). on_policy: no buffer, each
     rollout used once (then B must equal the rollouts per step R). seed: the draws' numpy
-    generator seed (>= 0).
+    generator seed (>= 0). drop_logr2: the adaptive horizon (theory.md 12.4), in nats^2, >= 0
+    (0 = off): after each optimizer step, drop from the buffer the rollouts of its batch whose
+    mean (log r)^2 over their completion tokens at the step's weights passed it (the harness's
+    ``buffer.drop_logr2``; needs sampling="with_replacement").
     """
 
     buffer_size: int
@@ -214,6 +218,7 @@ class ReplaySettings:
     delta: float = 0.0
     on_policy: bool = False
     seed: int = 0
+    drop_logr2: float = 0.0
 
     def __post_init__(self):
         checks.integer("buffer_size", self.buffer_size, 1)
@@ -221,6 +226,7 @@ class ReplaySettings:
         checks.choice("sampling", self.sampling, SAMPLING_MODES)
         checks.real("delta", self.delta, 0.0, 1.0, hi_open=True)
         checks.integer("seed", self.seed, 0)
+        checks.real("drop_logr2", self.drop_logr2, 0.0)
 
     def harness_config(self, rollouts_per_step: int, group_size: int):
         """The harness ``Config`` of these settings at R rollouts per step and group size G
@@ -234,7 +240,7 @@ class ReplaySettings:
             "schedule": {"mode": mode, "batch_size": self.batch_size, "group_size": group_size,
                          "replay_ratio": self.batch_size / rollouts_per_step},
             "buffer": {"capacity": self.buffer_size, "sampling": self.sampling,
-                       "delta": self.delta}})
+                       "delta": self.delta, "drop_logr2": self.drop_logr2}})
 
 
 @dataclass(frozen=True)
@@ -359,6 +365,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
     m2po, with its mask bound ``m2_threshold`` (> 0, nats^2); neg_clip, neg_cap, neg_veto,
     clipped at GRPOConfig's ``epsilon`` / ``epsilon_high``); ``losses.policy_loss`` computes
     it on TRL's log-probs, as the harness trains. TRL's cispo, dapo, grpo stay TRL's.
+    ``ReplaySettings.drop_logr2`` > 0 turns on the adaptive horizon under any loss type
+    (``_drop_stale``).
     """
 
     def __init__(self, *args, replay: ReplaySettings, probes=None, probe_dir: str | None = None,
@@ -386,6 +394,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         self.keep_grad = False
         self.kept_grad: torch.Tensor | None = None
         self._rewards: torch.Tensor | None = None
+        self._capture_logps = False
+        self._step_logps: torch.Tensor | None = None
         self.calibration = CalibrationCallback(self, probes, probe_dir)
         self.add_callback(self.calibration)
 
@@ -538,9 +548,32 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         """TRL's loss, or for a ``HARNESS_LOSS_TYPES`` loss the harness's mean per-rollout
-        loss on TRL's per-token log-probs (staleness diagnostics under ``replay/``)."""
+        loss on TRL's per-token log-probs (staleness diagnostics under ``replay/``); with
+        ``replay.drop_logr2`` > 0 the batch's rollouts past it leave the buffer."""
+        training = model.training
+        self._step_logps = None
         if self.loss_type not in HARNESS_LOSS_TYPES:
-            return super()._compute_loss(model, inputs)
+            self._capture_logps = training and self.replay.drop_logr2 > 0
+            try:
+                loss = super()._compute_loss(model, inputs)
+            finally:
+                self._capture_logps = False
+            logp = self._step_logps
+        else:
+            loss, logp = self._harness_loss(model, inputs)
+        if training and self.replay.drop_logr2 > 0:
+            self._drop_stale(logp, inputs)
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        """TRL's log-probs, kept for the adaptive horizon while ``_compute_loss`` asks."""
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if getattr(self, "_capture_logps", False):
+            self._step_logps = out[0].detach()
+        return out
+
+    def _harness_loss(self, model, inputs):
+        """(The harness loss ``self.loss_type`` on TRL's log-probs, the log-probs)."""
         completion_ids, mask = inputs["completion_ids"], inputs["completion_mask"].bool()
         logp, entropy, _ = self._get_per_token_logps_and_entropies(
             model, torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
@@ -555,7 +588,21 @@ class ReplayGRPOTrainer(GRPOTrainer):
         for key, val in loss_stats(logp.detach(), entropy.detach(), rows, self.epsilon_low,
                                    self.epsilon_high, loss_kwargs=kw).items():
             self._metrics[mode][REPLAY_PREFIX + key].append(math.nan if val is None else val)
-        return loss
+        return loss, logp.detach()
+
+    def _drop_stale(self, logp, inputs) -> None:
+        """The adaptive horizon (theory.md 12.4): evict the step's rollouts whose mean
+        (log r)^2 at the step's weights passed ``replay.drop_logr2``, as the harness does
+        after its update; logs ``replay/dropped``."""
+        if logp is None:
+            raise RuntimeError("drop_logr2: TRL's _compute_loss no longer computes the "
+                               "per-token log-probs through _get_per_token_logps_and_entropies")
+        rows = TokenBatch(inputs["completion_ids"], inputs["completion_mask"].bool(),
+                          inputs["old_per_token_logps"], inputs["advantages"])
+        over = row_logr2(logp, rows) > self.replay.drop_logr2
+        batch = self.steps[-1].batch
+        dropped = self.buffer.drop([r.item_id for r, o in zip(batch, over) if o])
+        self._metrics["train"][REPLAY_PREFIX + "dropped"].append(float(dropped))
 
     def _log_replay(self, record: ReplayStep) -> None:
         """Replay statistics of the step into TRL's metrics (averaged per logging window)."""

@@ -19,7 +19,7 @@ G = 4
 
 
 def _trainer(tmp_path, loss_type: str, m2_threshold: float = 0.04, dropout: float = 0.0,
-             **grpo):
+             replay=None, **grpo):
     from datasets import Dataset
 
     from llm_experiments.policy.models import load_policy
@@ -43,7 +43,7 @@ def _trainer(tmp_path, loss_type: str, m2_threshold: float = 0.04, dropout: floa
                       logging_steps=1, seed=0, loss_type=loss_type, epsilon=0.2,
                       epsilon_high=0.28, **grpo)
     return rt.ReplayGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
-                                processing_class=tok, replay=rt.ReplaySettings(16, 8),
+                                processing_class=tok, replay=replay or rt.ReplaySettings(16, 8),
                                 m2_threshold=m2_threshold)
 
 
@@ -85,3 +85,42 @@ def test_a_model_that_drops_out_needs_disable_dropout(tmp_path):
         _trainer(tmp_path, "grpo", dropout=0.1, disable_dropout=False)
     assert "config.attention_dropout=0.1" in str(err.value) and "\n" not in str(err.value)
     _trainer(tmp_path, "grpo", dropout=0.1, disable_dropout=True)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "neg_clip"])
+def test_drop_logr2_evicts_exactly_the_rows_past_it(tmp_path, loss_type):
+    """The adaptive horizon in TRL (theory.md 12.4): after a step, the rollouts of its batch
+    whose mean (log r)^2 at the step's weights passed drop_logr2 leave the buffer, the others
+    stay; for TRL's own loss (grpo) and a harness loss alike."""
+    import dataclasses
+    trainer = _trainer(tmp_path, loss_type, replay=rt.ReplaySettings(32, 8, drop_logr2=1e-3))
+    trainer.train()
+    assert "replay/dropped" in trainer.state.log_history[0]
+    trainer.model.train()
+    rows = [trainer.train_dataset[i] for i in range(2) for _ in range(G)]
+    inputs = trainer._prepare_inputs(rows)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * p.abs().mean() * torch.randn(p.shape, generator=gen))
+    batch = trainer.steps[-1].batch
+    tb = losses.collate(batch, trainer.processing_class.pad_token_id)
+    with torch.no_grad():
+        logp, _ = losses.batch_logprobs(trainer.model, tb, trainer.temperature)
+    stat = ((logp - tb.old_logp) ** 2 * tb.mask).sum(-1) / tb.mask.sum(-1)
+    tau = float(stat.median())
+    trainer.replay = dataclasses.replace(trainer.replay, drop_logr2=tau)
+    trainer._compute_loss(trainer.model, inputs)
+    held = {r.item_id for r in trainer.buffer.rollouts()}
+    far = {r.item_id for r, v in zip(batch, stat) if v > tau * (1 + 1e-4)}
+    near = {r.item_id for r, v in zip(batch, stat) if v < tau * (1 - 1e-4)}
+    assert far and near and not far & held and near <= held
+
+
+def test_bad_drop_logr2_is_one_line():
+    with pytest.raises(ValueError, match="drop_logr2 must be in"):
+        rt.ReplaySettings(16, 8, drop_logr2=-0.1)
+    with pytest.raises(ValueError, match="buffer.drop_logr2") as err:
+        rt.ReplaySettings(16, 8, sampling="groups_with_replacement",
+                          drop_logr2=0.05).harness_config(8, G)
+    assert "\n" not in str(err.value)
