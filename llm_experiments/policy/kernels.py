@@ -12,7 +12,8 @@ so results differ from the default kernel by float32 rounding (~1e-7 relative; i
 reduction lengths <= 128 in the measured shapes). Deterministic for fixed shapes and threads.
 ``run.fast_kernels=false`` keeps the default kernel. Under CPU autocast to a lower precision
 (float32 master weights of a bfloat16/float16 ``model.dtype``) a layer takes the default
-``F.linear``, so the products run in the configured dtype.
+``F.linear``, so the products run in the configured dtype; so does a layer whose weights or
+input are not float32 (a copy cast after the switch).
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ class OneDNNLinear(nn.Linear):
     """``nn.Linear`` computed by oneDNN (same parameters and state-dict keys)."""
 
     def forward(self, x):
+        if self.weight.dtype != torch.float32 or x.dtype != torch.float32:
+            # A copy cast to a lower precision after the switch (the sampler's bfloat16
+            # weights): oneDNN's low-precision inner product exists only on CPUs with native
+            # support (AVX512-BF16; CI's machine has none and fails to create the primitive).
+            return super().forward(x)
         if x.device.type == "cpu" and torch.is_autocast_enabled("cpu") \
                 and torch.get_autocast_dtype("cpu") != torch.float32:
             # Float32 master weights under CPU autocast (a bfloat16/float16 ``model.dtype``):

@@ -138,6 +138,28 @@ def test_onednn_linear_forward_and_gradients(policy):
     assert any(type(m).__name__ == "OneDNNLinear" for m in fast.modules())
 
 
+@pytest.mark.skipif(not onednn_available(), reason="no oneDNN linear kernel")
+def test_a_switched_model_cast_to_bfloat16_takes_the_default_kernel(policy, monkeypatch):
+    """CI's CPU has no bfloat16 inner product in oneDNN: the sampler's bfloat16 copy of a
+    switched model must never reach the oneDNN op (it failed there before)."""
+    from llm_experiments.policy import kernels
+    model, tok = policy
+    fast = copy.deepcopy(model)
+    use_onednn_linear(fast)
+    low = copy.deepcopy(fast).to(torch.bfloat16)
+    batch = collate(rollouts(tok, np.random.default_rng(1)), tok.pad_token_id)
+
+    def unsupported(*args):
+        raise RuntimeError("could not create a primitive descriptor")
+    monkeypatch.setattr(kernels, "_linear", unsupported)
+    with torch.no_grad():
+        got = low(input_ids=batch.input_ids).logits
+        want = copy.deepcopy(model).to(torch.bfloat16)(input_ids=batch.input_ids).logits
+        torch.testing.assert_close(got, want)
+        with pytest.raises(RuntimeError, match="primitive"):
+            fast(input_ids=batch.input_ids)  # the float32 layers still take oneDNN
+
+
 def _family(name: str, vocab: int):
     """A random tiny model of each family ``supports`` drives (issue 29: a transformers
     upgrade that changes one of them must fail here, not silently)."""
