@@ -107,7 +107,7 @@ def compare_adaptive(pairs: list[AdaptivePair]) -> tuple[AdaptiveComparison, ...
             continue
         d = paired_interval(p.adaptive, p.fixed)
         if d is not None:
-            out.append(AdaptiveComparison(p.setting, *d))
+            out.append(AdaptiveComparison(p.setting, d.mean, d.low, d.high, d.seeds))
     return tuple(out)
 
 

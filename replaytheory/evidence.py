@@ -151,8 +151,9 @@ def setting_names(grid: str, signatures) -> dict:
     return short if len(set(short.values())) == len(short) else names(())
 
 
-def _adaptive_pairs(grid: str, adaptive: Path, fixed: Path) -> list[dict]:
-    """The records of one adaptive grid against its x = 64 arm (module docstring)."""
+def adaptive_pairs(grid: str, adaptive: Path, fixed: Path) -> list[dict]:
+    """The records of one adaptive grid (``grid``, its compacted curves ``adaptive``)
+    against its x = 64 arm (the curves ``fixed``), per setting (module docstring)."""
     arms: dict = {}
     for settings, score, steps in _runs(adaptive):
         tau = float(settings.get("buffer.drop_logr2", 0.0))
@@ -188,7 +189,7 @@ def collect_adaptive(results: Path = RESULTS) -> list[dict]:
     for grid, fixed in ADAPTIVE_GRIDS:
         a, f = (results / name / "curves.jsonl.gz" for name in (grid, fixed))
         if a.exists() and f.exists():
-            out += _adaptive_pairs(grid, a, f)
+            out += adaptive_pairs(grid, a, f)
     return sorted(out, key=lambda r: (r["setting"], r["loss"], r["tau"]))
 
 

@@ -76,16 +76,27 @@ def load_loss_evidence(path: str | Path = LOSS_EVIDENCE_PATH) -> list[LossGrid]:
     return [LossGrid.from_record(r) for r in json.loads(path.read_text())] if path.exists() else []
 
 
-def paired_interval(a: dict, b: dict) -> tuple[float, float, float, int] | None:
-    """Mean of a - b over the seeds both hold, its 95% seed-bootstrap interval and the seed
-    count; None below ``MIN_SEEDS`` shared seeds."""
+@dataclass(frozen=True)
+class PairedDifference:
+    """Mean of a - b over ``seeds`` shared seeds and its 95% seed-bootstrap interval
+    [low, high] (the units of a and b)."""
+
+    mean: float
+    low: float
+    high: float
+    seeds: int
+
+
+def paired_interval(a: dict, b: dict) -> PairedDifference | None:
+    """a - b paired by seed (``{seed: value}`` each) over the seeds both hold; None below
+    ``MIN_SEEDS`` shared seeds."""
     seeds = sorted(set(a) & set(b))
     if len(seeds) < MIN_SEEDS:
         return None
     d = np.array([a[s] - b[s] for s in seeds], float)
     boots = d[seed_draws(len(seeds), DRAWS, 0)].mean(1)
     lo, hi = np.quantile(boots, [0.025, 0.975])
-    return float(d.mean()), float(lo), float(hi), len(seeds)
+    return PairedDifference(float(d.mean()), float(lo), float(hi), len(seeds))
 
 
 def compare_losses(horizon: float, grids: list[LossGrid]) -> list[LossComparison]:
@@ -97,7 +108,7 @@ def compare_losses(horizon: float, grids: list[LossGrid]) -> list[LossComparison
         for loss in sorted({k for k, h in g.cells if h == x and k != DEFAULT_LOSS}):
             p = paired_interval(g.cells[(loss, x)], base)
             if p is not None:
-                out.append(LossComparison(loss, g.setting, x, *p))
+                out.append(LossComparison(loss, g.setting, x, p.mean, p.low, p.high, p.seeds))
     return out
 
 

@@ -81,13 +81,13 @@ def test_copies_of_grpo_differ_by_nothing_and_claims_follow_the_means(tmp_path):
     assert len(paths) == 6
 
 
-def _transfer(folder: Path, gains: dict):
+def _transfer(folder: Path, gains: dict, grid: str = "adaptive_transfer"):
     """A transfer grid of cpu_sweep_v3's x = 64 runs (lr 1e-4, y = 2, seeds 0-2), one setting
     per key of ``gains`` (task.digits), each with an adaptive arm that is the same run plus
     the setting's gain in every evaluation, dropping 16 of 32 rollouts per update and
     holding 5,000."""
-    (folder / "adaptive_transfer").mkdir()
-    out = gzip.open(folder / "adaptive_transfer" / "curves.jsonl.gz", "wt")
+    (folder / grid).mkdir()
+    out = gzip.open(folder / grid / "curves.jsonl.gz", "wt")
     with gzip.open(RESULTS / "cpu_sweep_v3" / "curves.jsonl.gz", "rt") as src, out:
         for line in src:
             rec = json.loads(line)
@@ -121,6 +121,14 @@ def test_the_transfer_claims_follow_the_paired_gains(tmp_path):
     c = v["claims"]
     assert c["C1"] and c["C2"] and c["C3"] and c["C4"] and c["pooled"][0] == pytest.approx(0.02)
     assert "4 of the 6" in c["rule"] and "INTERIM" in transfer_table(v)
+    assert v["replicate"] == {} and "Second replicate" not in transfer_table(v)
+    # a second replicate is judged on its own: it neither moves C1 nor enters the rule
+    _transfer(tmp_path, {2: -0.03, 3: 0.02}, grid="adaptive_transfer_b")
+    v = judge_transfer(tmp_path)
+    assert v["claims"] == c and v["replicate_tests"] == {"C1": False, "C3": True}
+    assert v["replicate"]["adaptive_transfer_b: task.digits=2"]["minus"][0] == \
+        pytest.approx(-0.03)
+    assert "Second replicate" in transfer_table(v)
     worse = tmp_path / "worse"
     worse.mkdir()
     _transfer(worse, {2: 0.02, 3: -0.03, 4: 0.01, 5: 0.02})

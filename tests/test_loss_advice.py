@@ -54,6 +54,8 @@ def test_on_policy_names_grpo_and_too_few_seeds_compare_nothing():
     assert choose_loss(1.0, 1.0, grids) == ("grpo", ())
     assert compare_losses(64.0, [_loss_grid("a", {"neg_clip": 0.05}, seeds=(0, 1))]) == []
     assert paired_interval({0: 1.0, 1: 2.0}, {0: 1.0, 1: 1.0}) is None
+    d = paired_interval({0: 1.0, 1: 2.0, 2: 3.0}, {0: 1.0, 1: 1.0, 2: 1.0})
+    assert (d.mean, d.seeds) == (1.0, 3) and 0.0 <= d.low <= d.mean <= d.high <= 2.0
 
 
 def test_the_grid_horizon_nearest_the_advice_is_compared():
