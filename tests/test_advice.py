@@ -110,3 +110,20 @@ def test_scored_on_every_committed_setting_and_window():
             (("regret", inside), ("rule_regret", inside))}
     assert round(mean["regret"], 3) == 0.034 and round(mean["rule_regret"], 3) == 0.105
     assert round(float(np.mean([c.regret for c in out])), 3) == 0.084
+
+
+def test_the_pilot_check_picks_by_the_settings_shortest_window():
+    """figures.advice.pilot_cases (a development check): on family a, on-policy wins the
+    30-update window, so the pilot keeps it at 100 updates where the advice left out (from b,
+    x = 16 best) loses 0.3 of the gain; records without a shorter window are not scored."""
+    from figures.advice import pilot_cases
+    ev = [_grid("a_T30", "a", [0.60, 0.50, 0.50, 0.50], run_updates=30),
+          _grid("a_T100", "a", [0.70, 0.50, 0.55, 0.60]),
+          _grid("b_T30", "b", [0.30, 0.35, 0.45, 0.40], run_updates=30),
+          _grid("b_T100", "b", [0.40, 0.45, 0.60, 0.50])]
+    got = pilot_cases(ev)
+    assert [c.setting for c in got["advice"]] == [c.setting for c in got["pilot"]] == \
+        ["a_T100", "b_T100"]
+    advice, pilot = got["advice"][0], got["pilot"][0]
+    assert advice.advice == (16.0, 1.4) and advice.regret == pytest.approx(0.3)
+    assert pilot.advice == (1.0, 1.0) and pilot.regret == 0.0
