@@ -81,20 +81,26 @@ def test_copies_of_grpo_differ_by_nothing_and_claims_follow_the_means(tmp_path):
     assert len(paths) == 6
 
 
+def _x64_runs():
+    """cpu_sweep_v3's compacted x = 64 runs at lr 1e-4, y = 2, seeds 0-2."""
+    with gzip.open(RESULTS / "cpu_sweep_v3" / "curves.jsonl.gz", "rt") as src:
+        for line in src:
+            rec = json.loads(line)
+            s = rec["settings"]
+            if (s.get("run.seed") in (0, 1, 2) and s.get("trainer.lr") == 1e-4
+                    and s.get("schedule.replay_ratio") == 2.0 and s.get("buffer.horizon") == 64):
+                yield rec
+
+
 def _transfer(folder: Path, gains: dict, grid: str = "adaptive_transfer"):
     """A transfer grid of cpu_sweep_v3's x = 64 runs (lr 1e-4, y = 2, seeds 0-2), one setting
     per key of ``gains`` (task.digits), each with an adaptive arm that is the same run plus
     the setting's gain in every evaluation, dropping 16 of 32 rollouts per update and
     holding 5,000."""
     (folder / grid).mkdir()
-    out = gzip.open(folder / grid / "curves.jsonl.gz", "wt")
-    with gzip.open(RESULTS / "cpu_sweep_v3" / "curves.jsonl.gz", "rt") as src, out:
-        for line in src:
-            rec = json.loads(line)
+    with gzip.open(folder / grid / "curves.jsonl.gz", "wt") as out:
+        for rec in _x64_runs():
             s = rec["settings"]
-            if (s.get("run.seed") not in (0, 1, 2) or s.get("trainer.lr") != 1e-4
-                    or s.get("schedule.replay_ratio") != 2.0 or s.get("buffer.horizon") != 64):
-                continue
             summary = {**rec["summary"], "rollouts_per_step": 32.0}
             n = len(rec["train"]["step"])
             for digits, gain in gains.items():
@@ -133,3 +139,41 @@ def test_the_transfer_claims_follow_the_paired_gains(tmp_path):
     worse.mkdir()
     _transfer(worse, {2: 0.02, 3: -0.03, 4: 0.01, 5: 0.02})
     assert judge_transfer(worse)["claims"]["C1"] is False
+
+
+def _long_arms(folder: Path, grid: str, arms: dict):
+    """cpu_sweep_v3's x = 64 runs (lr 1e-4, y = 2, seeds 0-2) as arms of ``grid``:
+    {drop_logr2: (gain in every evaluation, rollouts dropped per update, mean staleness)}."""
+    (folder / grid).mkdir()
+    with gzip.open(folder / grid / "curves.jsonl.gz", "wt") as out:
+        for rec in _x64_runs():
+            s = rec["settings"]
+            n = len(rec["train"]["step"])
+            for tau, (gain, dropped, age) in arms.items():
+                ev = {**rec["eval"], "eval_accuracy": [a + gain for a in
+                                                       rec["eval"]["eval_accuracy"]]}
+                tr = {**rec["train"], "dropped": [dropped] * n, "staleness_mean": [age] * n,
+                      "buffer_occupancy": [3000] * n}
+                out.write(json.dumps({**rec, "eval": ev, "train": tr,
+                                      "summary": {**rec["summary"], "rollouts_per_step": 32.0},
+                                      "settings": {**s, "buffer.horizon": 1024 if tau else 64,
+                                                   **({"buffer.drop_logr2": tau} if tau else {})}
+                                      }) + "\n")
+
+
+def test_the_scaled_threshold_claims_read_both_grids(tmp_path):
+    """S1-S3: the drift-scaled arm paired by seed with cpu_long's x = 64 and tau = 0.05."""
+    from figures.losses.transfer import judge_scaled, scaled_table
+    assert judge_scaled(tmp_path) == {} and scaled_table({}) == ""
+    _long_arms(tmp_path, "adaptive_long", {0.0: (0.0, 0, 28.0), 0.05: (-0.02, 2, 72.0)})
+    _long_arms(tmp_path, "adaptive_scaled_long", {0.004: (0.01, 12, 40.0)})
+    v = judge_scaled(tmp_path)
+    assert v["seeds"] == 3 and v["drop_share"] == pytest.approx(12 / 32)
+    assert v["minus_x64"][0] == pytest.approx(0.01) and v["minus_tau"][0] == pytest.approx(0.03)
+    assert v["claims"] == {"S1": True, "S2": True, "S3": True}
+    assert "S3 (beats tau = 0.05, on younger rollouts): holds" in scaled_table(v)
+    worse = tmp_path / "worse"
+    worse.mkdir()
+    _long_arms(worse, "adaptive_long", {0.0: (0.0, 0, 28.0), 0.05: (-0.02, 2, 72.0)})
+    _long_arms(worse, "adaptive_scaled_long", {0.004: (-0.03, 1, 80.0)})
+    assert judge_scaled(worse)["claims"] == {"S1": False, "S2": False, "S3": False}

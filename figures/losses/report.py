@@ -26,7 +26,7 @@ import numpy as np
 from figures.losses.verdicts import (ADAPTIVE, ADAPTIVE2, LOSSES, LR_ARM, SETTING1, SETTING2,
                                      adaptive_rows, claims_adaptive, claims_adaptive2, claims_lr,
                                      claims_setting1, claims_setting2, load, lr_rows, rows_of)
-from figures.losses.transfer import judge_transfer, transfer_table
+from figures.losses.transfer import judge_scaled, judge_transfer, scaled_table, transfer_table
 from figures.style import ON_POLICY_COLOR, PALETTE, plt, save, write_text
 from figures.unclipped import RESULTS, auc
 
@@ -218,7 +218,7 @@ def main(argv=None) -> list[Path]:
     ad2_claims = claims_adaptive2(adaptive2, arms2, two["rows"])
     second, _ = load(folder, LR_ARM)
     l_rows, l_claims = lr_rows(second, arms), claims_lr(second, arms)
-    transfer = judge_transfer(folder)
+    transfer, scaled = judge_transfer(folder), judge_scaled(folder)
     text = ("# The horizon under each stale-rollout loss (theory.md section 12)\n\n" +
             table(one, "Setting 1: cpu_sweep_v3's, lr 1e-4, 300 updates",
                   "P1-P5, experiments/horizon_losses.yaml", 13, 10) + "\n" +
@@ -228,7 +228,8 @@ def main(argv=None) -> list[Path]:
                            "experiments/horizon_adaptive.yaml)") + "\n" +
             adaptive_table(ad2_rows, ad2_claims, 5, "The adaptive horizon on setting 2 (B1-B3, "
                            "experiments/horizon_adaptive_lr2.yaml)") + "\n" +
-            lr_table(l_rows, l_claims, 5) + "\n" + transfer_table(transfer))
+            lr_table(l_rows, l_claims, 5) + "\n" + transfer_table(transfer) + "\n" +
+            scaled_table(scaled))
     record = {"setting1": _record(one), "setting2": _record(two),
               "adaptive": {"rows": {k: {str(t): r for t, r in by.items()}
                                     for k, by in ad_rows.items()}, "claims": ad_claims},
@@ -236,7 +237,7 @@ def main(argv=None) -> list[Path]:
                                      for k, by in ad2_rows.items()}, "claims": ad2_claims},
               "second_lr": {"rows": {k: {str(x): r for x, r in by.items()}
                                      for k, by in l_rows.items()}, "claims": l_claims},
-              "transfer": transfer}
+              "transfer": transfer, "scaled": scaled}
     return [write_text(text, "losses.md", a.out),
             write_text(json.dumps(record, indent=1), "losses.json", a.out),
             *save(draw(one, two), "losses", a.out),

@@ -23,18 +23,21 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.losses.verdicts import held
+from figures.losses.verdicts import held, staleness
+from figures.unclipped import auc
 from llm_experiments.study.results import load_runs
 from replaytheory.adaptive_advice import (FIXED_HORIZON, TAU, AdaptivePair, choose_adaptive,
                                           compare_adaptive)
 from replaytheory.evidence import (adaptive_pairs, collect_adaptive, paired_signature,
                                    setting_names)
-from replaytheory.loss_advice import DRAWS
+from replaytheory.loss_advice import DRAWS, paired_interval
 from replaytheory.stats.verdicts import seed_draws
 
 TRANSFER = "adaptive_transfer"
 LONG = "adaptive_long"
 REPLICATE = "adaptive_transfer_b"
+SCALED = "adaptive_scaled_long"  # S1-S3: the drift-scaled threshold on cpu_long
+SCALED_TAU = 0.004
 TRANSFER_SETTINGS = 4  # registered
 TRANSFER_SEEDS = 10  # registered seeds per setting
 LOST_MACHINE_SEEDS = 6  # seeds 10-15 of a setting whose warm start is not pinned
@@ -149,6 +152,55 @@ def judge_transfer(results: Path) -> dict:
                           for r in rows.values())},
             "seeds": {g: min((r["seeds"] for r in rows.values() if r["grid"] == g),
                              default=0) for g in (TRANSFER, LONG)}}
+
+
+def judge_scaled(results: Path) -> dict:
+    """S1-S3 (``experiments/adaptive_scaled_long.yaml``): the drift-scaled arm against x = 64
+    and tau = 0.05 on cpu_long, paired by seed; empty before its runs."""
+    paths = [results / g / "curves.jsonl.gz" for g in (SCALED, LONG)]
+    if not all(p.exists() for p in paths):
+        return {}
+    arms: dict = {SCALED_TAU: {}, TAU: {}, 0.0: {}}
+    for r in load_runs(str(paths[0])) + load_runs(str(paths[1])):
+        arms[float(r.settings.get("buffer.drop_logr2") or 0)][int(r.settings["run.seed"])] = r
+    scaled = arms[SCALED_TAU]
+    if not scaled:
+        return {}
+    score = {tau: {s: auc(r) for s, r in by.items()} for tau, by in arms.items()}
+    vs64, vs05 = (paired_interval(score[SCALED_TAU], score[t]) for t in (0.0, TAU))
+    share = float(np.mean([drop_share(r) for r in scaled.values()]))
+    age = {tau: float(np.mean([staleness(r) for r in by.values()])) for tau, by in arms.items()}
+    return {"seeds": len(scaled), "drop_share": share, "staleness": age,
+            "held": float(np.mean([held(r) for r in scaled.values()])),
+            **{k: None if d is None else (d.mean, d.low, d.high)
+               for k, d in (("minus_x64", vs64), ("minus_tau", vs05))},
+            "claims": {"S1": 0.2 <= share <= 0.6,
+                       "S2": vs64 is not None and vs64.mean >= -0.01,
+                       "S3": vs05 is not None and vs05.mean > 0
+                       and age[SCALED_TAU] < age[TAU]}}
+
+
+def scaled_table(v: dict) -> str:
+    """S1-S3 as markdown (verdict once the 3 registered seeds are in)."""
+    if not v:
+        return ""
+    status = "verdict" if v["seeds"] >= LONG_SEEDS else "INTERIM, not the verdict"
+    lines = ["## The drift-scaled threshold on cpu_long (S1-S3, "
+             "experiments/adaptive_scaled_long.yaml)", "",
+             f"tau = {SCALED_TAU:g} (0.05 scaled by the x = 64 buffer's median per-token "
+             f"(log r)^2, cpu_long's against setting 1's), {v['seeds']} seeds ({status}).", "",
+             "| | value |", "|---|---|",
+             f"| scaled minus x = 64 | {_cell(v['minus_x64'])} |",
+             f"| scaled minus tau = 0.05 | {_cell(v['minus_tau'])} |",
+             f"| drop share | {v['drop_share']:.2f} |",
+             f"| held at the end | {v['held']:.0f} |",
+             "| mean staleness (scaled, tau = 0.05, x = 64) | " + ", ".join(
+                 f"{v['staleness'][t]:.1f}" for t in (SCALED_TAU, TAU, 0.0)) + " |", ""]
+    words = {"S1": "drops 20-60% of the rollouts made",
+             "S2": "no worse than x = 64 (mean >= -0.01)",
+             "S3": "beats tau = 0.05, on younger rollouts"}
+    lines += [f"* {k} ({w}): {'holds' if v['claims'][k] else 'fails'}" for k, w in words.items()]
+    return "\n".join(lines) + "\n"
 
 
 def _cell(v) -> str:
