@@ -160,12 +160,13 @@ def judge_scaled(results: Path) -> dict:
     paths = [results / g / "curves.jsonl.gz" for g in (SCALED, LONG)]
     if not all(p.exists() for p in paths):
         return {}
-    arms: dict = {SCALED_TAU: {}, TAU: {}, 0.0: {}}
+    arms: dict = {}
     for r in load_runs(str(paths[0])) + load_runs(str(paths[1])):
-        arms[float(r.settings.get("buffer.drop_logr2") or 0)][int(r.settings["run.seed"])] = r
-    scaled = arms[SCALED_TAU]
-    if not scaled:
+        tau = float(r.settings.get("buffer.drop_logr2") or 0)
+        arms.setdefault(tau, {})[int(r.settings["run.seed"])] = r
+    if not all(arms.get(t) for t in (SCALED_TAU, TAU, 0.0)):
         return {}
+    scaled = arms[SCALED_TAU]
     score = {tau: {s: auc(r) for s, r in by.items()} for tau, by in arms.items()}
     vs64, vs05 = (paired_interval(score[SCALED_TAU], score[t]) for t in (0.0, TAU))
     share = float(np.mean([drop_share(r) for r in scaled.values()]))
