@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from figures.style import write_text
-from replaytheory.advice import RULE_HORIZON, Case, Evidence, advise, load_evidence, score_cases
+from replaytheory.advice import (RULE_HORIZON, Evidence, advise, case_at, load_evidence,
+                                 score_cases)
 
 GOAL_MEAN = 0.05
 
@@ -46,14 +47,6 @@ def summary(cases) -> dict:
             "goal_met": not worse_rule and not worse_on and mean <= GOAL_MEAN}
 
 
-def _case(e: Evidence, cell: tuple[float, float]) -> Case:
-    reg = e.regret()
-    on = e.on_policy()
-    return Case(e.setting, e.run_updates, e.mu, cell, float(reg[e.nearest(*cell)]),
-                float(reg[e.nearest(RULE_HORIZON, math.sqrt(e.mu))]),
-                None if on is None else float(reg[on]))
-
-
 def pilot_cases(evidence: list[Evidence]) -> dict:
     """{"advice": cases, "pilot": cases} on every record with a shorter window of its family
     at its mu (module docstring): the left-out advice, and the pilot's pick."""
@@ -71,9 +64,16 @@ def pilot_cases(evidence: list[Evidence]) -> dict:
         cells = [(a.horizon, a.replay_ratio), (RULE_HORIZON, math.sqrt(e.mu))]
         cells += [(1.0, 1.0)] if pilot.on_policy() is not None else []
         pick = max(cells, key=lambda c: pilot.score[pilot.nearest(*c)])
-        out["advice"].append(_case(e, cells[0]))
-        out["pilot"].append(_case(e, pick))
+        out["advice"].append(case_at(e, cells[0]))
+        out["pilot"].append(case_at(e, pick))
     return out
+
+
+def _summary_row(name: str, s: dict) -> str:
+    return (f"| {name} | {s['cases']} | {s['mean_regret']:.3f} | {s['mean_rule_regret']:.3f} | "
+            f"{s['mean_on_policy_regret']:.3f} | {s['worse_than_rule']} | "
+            f"{s['on_policy_beats_rule']} | {s['worse_than_on_policy_there']} | "
+            f"{s['goal_met']} |")
 
 
 def table(scores: dict) -> str:
@@ -84,11 +84,7 @@ def table(scores: dict) -> str:
              "setting families alone.", "",
              "| | cases | advice | rule | on-policy | worse than rule | on-policy beats rule "
              "| worse than on-policy there | goal met |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, s in scores["summary"].items():
-        lines.append(f"| {name} | {s['cases']} | {s['mean_regret']:.3f} | "
-                     f"{s['mean_rule_regret']:.3f} | {s['mean_on_policy_regret']:.3f} | "
-                     f"{s['worse_than_rule']} | {s['on_policy_beats_rule']} | "
-                     f"{s['worse_than_on_policy_there']} | {s['goal_met']} |")
+    lines += [_summary_row(name, s) for name, s in scores["summary"].items()]
     pilot = scores["pilot_check"]
     lines += ["", "A development check (not registered, not the calculator's): a pilot that picks "
               "among the left-out advice, the rule and on-policy by their scores in the same "
@@ -96,11 +92,7 @@ def table(scores: dict) -> str:
               "is the first updates of the same runs).", "",
               "| | cases | regret | rule | on-policy | worse than rule | on-policy beats rule "
               "| worse than on-policy there | goal met |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, s in pilot.items():
-        lines.append(f"| {name} | {s['cases']} | {s['mean_regret']:.3f} | "
-                     f"{s['mean_rule_regret']:.3f} | {s['mean_on_policy_regret']:.3f} | "
-                     f"{s['worse_than_rule']} | {s['on_policy_beats_rule']} | "
-                     f"{s['worse_than_on_policy_there']} | {s['goal_met']} |")
+    lines += [_summary_row(name, s) for name, s in pilot.items()]
     lines += ["", "| setting | T | mu | advice (in) | regret | advice (left out) | regret | "
               "rule | on-policy |", "|---|---|---|---|---|---|---|---|---|"]
     for a, b in zip(scores["in_sample"], scores["left_out"]):

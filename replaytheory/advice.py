@@ -318,10 +318,15 @@ def score_cases(evidence: list[Evidence] | None = None, *, leave_out: bool = Fal
     for e in pool:
         a = advise(e.mu, e.run_updates, evidence=pool,
                    exclude_families=(e.family,) if leave_out else ())
-        reg = e.regret()
-        on = e.on_policy()
-        cases.append(Case(e.setting, e.run_updates, e.mu, (a.horizon, a.replay_ratio),
-                          float(reg[e.nearest(a.horizon, a.replay_ratio)]),
-                          float(reg[e.nearest(RULE_HORIZON, math.sqrt(e.mu))]),
-                          None if on is None else float(reg[on])))
+        cases.append(case_at(e, (a.horizon, a.replay_ratio)))
     return cases
+
+
+def case_at(e: Evidence, cell: tuple[float, float]) -> Case:
+    """The record ``e`` scored at ``cell`` (x, y): its regret there, the rule's and
+    on-policy's."""
+    reg = e.regret()
+    on = e.on_policy()
+    return Case(e.setting, e.run_updates, e.mu, cell, float(reg[e.nearest(*cell)]),
+                float(reg[e.nearest(RULE_HORIZON, math.sqrt(e.mu))]),
+                None if on is None else float(reg[on]))
