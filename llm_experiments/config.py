@@ -525,6 +525,10 @@ class BufferConfig(_Section):
     the update's weights exceeded it is evicted, whatever its age (``capacity`` still bounds
     what is held). Needs ``schedule.mode=sync`` on the emulated engine, a loss with an
     importance ratio, and drawing with replacement (``check_resolved``).
+    drop_tokens_below_p: which tokens the adaptive horizon's statistic averages over
+    (theory.md section 12.7), a probability in (0, 1]: the completion tokens whose sampling
+    probability exp(old log-prob) was below it; 1 = every token (section 12.4's statistic). A
+    rollout with no such token scores 0 and is never dropped. Read only with drop_logr2 > 0.
     """
 
     SECTION: ClassVar[str] = "buffer"
@@ -535,6 +539,7 @@ class BufferConfig(_Section):
     horizon: float = _real(0.0, 1.0, or_value=0.0)  # x < 1: less than one step's rollouts
     horizon_growth: float = _real(0.0, 0.0, 1.0)
     drop_logr2: float = _real(0.0, 0.0)
+    drop_tokens_below_p: float = _real(1.0, 0.0, 1.0, lo_open=True)
 
     def check(self) -> None:
         """The LIFO queue replays nothing, so it has no positive part; a growing horizon

@@ -209,7 +209,9 @@ class ReplaySettings:
     generator seed (>= 0). drop_logr2: the adaptive horizon (theory.md 12.4), in nats^2, >= 0
     (0 = off): after each optimizer step, drop from the buffer the rollouts of its batch whose
     mean (log r)^2 over their completion tokens at the step's weights passed it (the harness's
-    ``buffer.drop_logr2``; needs sampling="with_replacement").
+    ``buffer.drop_logr2``; needs sampling="with_replacement"). drop_tokens_below_p: with
+    drop_logr2, average over the completion tokens whose sampling probability was below it,
+    in (0, 1]; 1 = every token (the harness's ``buffer.drop_tokens_below_p``, theory.md 12.7).
     """
 
     buffer_size: int
@@ -219,6 +221,7 @@ class ReplaySettings:
     on_policy: bool = False
     seed: int = 0
     drop_logr2: float = 0.0
+    drop_tokens_below_p: float = 1.0
 
     def __post_init__(self):
         checks.integer("buffer_size", self.buffer_size, 1)
@@ -227,6 +230,7 @@ class ReplaySettings:
         checks.real("delta", self.delta, 0.0, 1.0, hi_open=True)
         checks.integer("seed", self.seed, 0)
         checks.real("drop_logr2", self.drop_logr2, 0.0)
+        checks.real("drop_tokens_below_p", self.drop_tokens_below_p, 0.0, 1.0, lo_open=True)
 
     def harness_config(self, rollouts_per_step: int, group_size: int):
         """The harness ``Config`` of these settings at R rollouts per step and group size G
@@ -240,7 +244,8 @@ class ReplaySettings:
             "schedule": {"mode": mode, "batch_size": self.batch_size, "group_size": group_size,
                          "replay_ratio": self.batch_size / rollouts_per_step},
             "buffer": {"capacity": self.buffer_size, "sampling": self.sampling,
-                       "delta": self.delta, "drop_logr2": self.drop_logr2}})
+                       "delta": self.delta, "drop_logr2": self.drop_logr2,
+                       "drop_tokens_below_p": self.drop_tokens_below_p}})
 
 
 @dataclass(frozen=True)
@@ -599,7 +604,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
                                "per-token log-probs through _get_per_token_logps_and_entropies")
         rows = TokenBatch(inputs["completion_ids"], inputs["completion_mask"].bool(),
                           inputs["old_per_token_logps"], inputs["advantages"])
-        over = row_logr2(logp, rows) > self.replay.drop_logr2
+        over = row_logr2(logp, rows, self.replay.drop_tokens_below_p) > self.replay.drop_logr2
         batch = self.steps[-1].batch
         dropped = self.buffer.drop([r.item_id for r, o in zip(batch, over) if o])
         self._metrics["train"][REPLAY_PREFIX + "dropped"].append(float(dropped))

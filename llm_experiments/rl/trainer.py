@@ -52,12 +52,23 @@ def loss_kwargs(cfg: Config) -> dict:
             "max_new_tokens": cfg.sampler.max_new_tokens}
 
 
-def row_logr2(logp, batch) -> np.ndarray:
-    """Each rollout's mean (log r)^2 over its completion tokens (n,), nats^2, at the weights
-    ``logp`` (n, L) was computed with: the adaptive horizon's statistic (theory.md 12.4)."""
+def row_logr2(logp, batch, below_p: float = 1.0) -> np.ndarray:
+    """Each rollout's mean (log r)^2 (n,), nats^2, at the weights ``logp`` (n, L) was computed
+    with: the adaptive horizon's statistic (theory.md 12.4), over its completion tokens, or
+    with ``below_p`` < 1 (a probability in (0, 1]) over those whose sampling probability was
+    below it (12.7; a rollout with none scores 0)."""
     m = batch.mask.double()
+    if below_p < 1:
+        m = m * (batch.old_logp.double() < np.log(below_p))
     sq = ((logp.detach().double() - batch.old_logp.double()) ** 2) * m
     return (sq.sum(-1) / m.sum(-1).clamp(min=1)).cpu().numpy()
+
+
+def uncertain_share(batch, below_p: float) -> float:
+    """The share of the batch's completion tokens whose sampling probability was below
+    ``below_p`` (in (0, 1]): the tokens ``row_logr2`` reads at that bound (theory.md 12.7)."""
+    m = batch.mask
+    return float(((batch.old_logp < np.log(below_p)) & m).sum() / m.sum().clamp(min=1))
 
 
 def head_grad_norm(model) -> float | None:
@@ -157,7 +168,10 @@ class PolicyTrainer:
         stats = loss_stats(logp, torch.cat(ents), batch, tr.clip_low, tr.clip_high,
                            loss_kwargs=self.loss_kwargs, terms=terms)
         if self.cfg.buffer.drop_logr2 > 0:
-            stats["row_logr2"] = row_logr2(logp, batch)
+            below_p = self.cfg.buffer.drop_tokens_below_p
+            stats["row_logr2"] = row_logr2(logp, batch, below_p)
+            if below_p < 1:  # how much of the batch the restricted statistic reads (12.7)
+                stats["uncertain_share"] = uncertain_share(batch, below_p)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if keep_grad:
             stats["grad"] = flat_grad(self.model)

@@ -38,6 +38,7 @@ STALENESS_KEYS = ("staleness_max", "ratio_max", "logr2", "logr2_kept", "acted_po
                   "acted_neg", "head_grad_norm")
 # The adaptive horizon's (theory.md 12.4): kept only for runs that evict by drift.
 ADAPTIVE_KEYS = ("dropped", "buffer_occupancy")
+UNCERTAIN_KEYS = ("uncertain_share",)  # 12.7: only where the statistic reads some tokens
 TRAIN_EVERY = 5  # keep every 5th step of the training curves
 CURVES = "a compacted curves.jsonl (results.py)"  # for error messages
 
@@ -133,6 +134,8 @@ def compact_run(run_dir: str, run_id: str, settings: dict) -> dict:
     logged = tuple(k for k in STALENESS_KEYS if any(k in r for r in train))
     if any("dropped" in r for r in train):
         logged += ADAPTIVE_KEYS
+    if any("uncertain_share" in r for r in train):
+        logged += UNCERTAIN_KEYS
     return {"run_id": run_id, "settings": settings,
             "batch_size": cfg["schedule"]["batch_size"],
             "eval": _columns(evals, base + EVAL_KEYS),
