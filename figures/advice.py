@@ -25,27 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from figures.style import write_text
-from replaytheory.advice import (RULE_HORIZON, Evidence, advise, case_at, load_evidence,
-                                 score_cases)
-
-GOAL_MEAN = 0.05
-
-
-def summary(cases) -> dict:
-    """Means and the goal's counts over scored cases."""
-    worse_rule = [c for c in cases if c.regret > c.rule_regret + 1e-12]
-    beaten = [c for c in cases if c.on_policy_regret is not None
-              and c.on_policy_regret < c.rule_regret]
-    worse_on = [c for c in beaten if c.regret > c.on_policy_regret + 1e-12]
-    mean = float(np.mean([c.regret for c in cases]))
-    return {"cases": len(cases), "mean_regret": mean,
-            "mean_rule_regret": float(np.mean([c.rule_regret for c in cases])),
-            "mean_on_policy_regret": float(np.mean([c.on_policy_regret for c in cases
-                                                    if c.on_policy_regret is not None])),
-            "worse_than_rule": len(worse_rule), "on_policy_beats_rule": len(beaten),
-            "worse_than_on_policy_there": len(worse_on),
-            "goal_met": not worse_rule and not worse_on and mean <= GOAL_MEAN}
-
+from replaytheory.advice import (RULE_HORIZON, Evidence, advise, case_at, goal_summary,
+                                 load_evidence, score_cases)
 
 def pilot_cases(evidence: list[Evidence]) -> dict:
     """{"advice": cases, "pilot": cases} on every record with a shorter window of its family
@@ -112,8 +93,8 @@ def main(argv=None) -> list[Path]:
     cases = {"in_sample": score_cases(evidence), "left_out": score_cases(evidence,
                                                                          leave_out=True)}
     scores = {k: [c.__dict__ for c in v] for k, v in cases.items()}
-    scores["summary"] = {k: summary(v) for k, v in cases.items()}
-    scores["pilot_check"] = {f"{k}, left out": summary(v)
+    scores["summary"] = {k: goal_summary(v) for k, v in cases.items()}
+    scores["pilot_check"] = {f"{k}, left out": goal_summary(v)
                              for k, v in pilot_cases(evidence).items()}
     return [write_text(table(scores), "advice.md", a.out),
             write_text(json.dumps(scores, indent=1), "advice.json", a.out)]

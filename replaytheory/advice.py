@@ -36,6 +36,7 @@ from .loss_advice import LossComparison, LossGrid, choose_loss, describe, load_l
 
 EVIDENCE_PATH = Path(__file__).resolve().parent / "data" / "horizon_evidence.json"
 RULE_HORIZON = 64.0  # the rule's x (updates); its y is sqrt(mu)
+GOAL_MEAN = 0.05  # issue 36 G3: the advice's mean regret at most this
 EPSILON = 0.02  # the band: mean regret within this of the advice's (share of the best gain)
 ON_POLICY = "on-policy"
 
@@ -330,3 +331,21 @@ def case_at(e: Evidence, cell: tuple[float, float]) -> Case:
     return Case(e.setting, e.run_updates, e.mu, cell, float(reg[e.nearest(*cell)]),
                 float(reg[e.nearest(RULE_HORIZON, math.sqrt(e.mu))]),
                 None if on is None else float(reg[on]))
+
+
+def goal_summary(cases: list[Case]) -> dict:
+    """Means over scored cases and the counts issue 36's G3 reads (section 13): cases worse
+    than the rule, cases where on-policy beats the rule and, of those, cases worse than
+    on-policy; ``goal_met`` when both counts are 0 and the mean regret <= ``GOAL_MEAN``."""
+    worse_rule = [c for c in cases if c.regret > c.rule_regret + 1e-12]
+    beaten = [c for c in cases if c.on_policy_regret is not None
+              and c.on_policy_regret < c.rule_regret]
+    worse_on = [c for c in beaten if c.regret > c.on_policy_regret + 1e-12]
+    mean = float(np.mean([c.regret for c in cases]))
+    return {"cases": len(cases), "mean_regret": mean,
+            "mean_rule_regret": float(np.mean([c.rule_regret for c in cases])),
+            "mean_on_policy_regret": float(np.mean([c.on_policy_regret for c in cases
+                                                    if c.on_policy_regret is not None])),
+            "worse_than_rule": len(worse_rule), "on_policy_beats_rule": len(beaten),
+            "worse_than_on_policy_there": len(worse_on),
+            "goal_met": not worse_rule and not worse_on and mean <= GOAL_MEAN}

@@ -815,10 +815,13 @@ def _explain_adaptive(adaptive) -> str:
     if adaptive is None:
         return ""
     if adaptive.named:
+        tokens = "" if adaptive.drop_tokens_below_p >= 1 else (
+            f" over the tokens sampled below {adaptive.drop_tokens_below_p:g} "
+            f"(drop_tokens_below_p)")
         return (f" Where the buffer can evict by staleness (the harness's buffer.drop_logr2, "
                 f"ReplaySettings.drop_logr2 of ReplayGRPOTrainer): keep every rollout up to "
-                f"{adaptive.horizon:g} updates old and drop those whose mean (log r)^2 passes "
-                f"{adaptive.drop_logr2:g}; {adaptive.reason}.")
+                f"{adaptive.horizon:g} updates old and drop those whose mean (log r)^2"
+                f"{tokens} passes {adaptive.drop_logr2:g}; {adaptive.reason}.")
     return f" Adaptive buffer: {adaptive.reason}."
 
 

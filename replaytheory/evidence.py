@@ -20,10 +20,10 @@ one record per grid with, per sync (loss, x) cell, each seed's AUC (mean eval ac
 the run's evaluations). Written by the same command.
 
 The adaptive evidence (``adaptive_advice.ADAPTIVE_EVIDENCE_PATH``, read by
-``adaptive_advice.choose_adaptive``) pairs, per setting, the adaptive buffer's runs
-(``buffer.drop_logr2`` > 0) with the runs of x = 64 that share every other setting but the
-seed (``ADAPTIVE_GRIDS``: the adaptive grid and the grid holding its fixed arm). A grid of
-several settings names each by the settings that tell them apart.
+``adaptive_advice.choose_adaptive``) pairs, per setting and arm (tau, token bound), the
+adaptive buffer's runs (``buffer.drop_logr2`` > 0) with the runs of x = 64 that share every
+other setting but the seed (``ADAPTIVE_GRIDS``: the adaptive grid and the grids holding its
+fixed arms). A grid of several settings names each by the settings that tell them apart.
 """
 
 from __future__ import annotations
@@ -44,13 +44,17 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 WHOLE_RUNS = ("heldout_digits3", "heldout_init", "heldout_wide", "seconds_groups")
 MU_SOURCES = ("measured", "2", "6.84")
 LOSS_GRIDS = ("horizon_losses", "horizon_losses_lr2")  # theory.md 12.3
-# (adaptive grid, grid of its x = 64 arm): theory.md 12.4, 12.6, 13.2
-ADAPTIVE_GRIDS = (("horizon_adaptive", "horizon_losses"),
-                  ("horizon_adaptive_lr2", "horizon_losses_lr2"),
-                  ("adaptive_transfer", "adaptive_transfer"), ("adaptive_long", "adaptive_long"))
+# (adaptive grid, the grids holding its x = 64 arms): theory.md 12.4, 12.6, 12.7, 13.2
+ADAPTIVE_GRIDS = (("horizon_adaptive", ("horizon_losses",)),
+                  ("horizon_adaptive_lr2", ("horizon_losses_lr2",)),
+                  ("adaptive_transfer", ("adaptive_transfer",)), ("adaptive_long", ("adaptive_long",)),
+                  ("adaptive_uncertain", ("horizon_losses", "horizon_losses_lr2",
+                                          "adaptive_transfer")),
+                  ("adaptive_uncertain_long", ("adaptive_long",)))
 NAME_SKIP = ("model.intermediate_size", "model.warm_start_path", "model.warm_start_sha256",
              "eval.every")  # follow from the setting's other keys
-PAIRED_BY = ("buffer.horizon", "buffer.drop_logr2", "run.seed")  # what the two arms may differ in
+PAIRED_BY = ("buffer.horizon", "buffer.drop_logr2", "buffer.drop_tokens_below_p",
+             "run.seed")  # what the two arms may differ in
 
 
 def _warm_start(results: Path, curves: str, cache: dict) -> float:
@@ -151,30 +155,33 @@ def setting_names(grid: str, signatures) -> dict:
     return short if len(set(short.values())) == len(short) else names(())
 
 
-def adaptive_pairs(grid: str, adaptive: Path, fixed: Path) -> list[dict]:
+def adaptive_pairs(grid: str, adaptive: Path, fixed) -> list[dict]:
     """The records of one adaptive grid (``grid``, its compacted curves ``adaptive``)
-    against its x = 64 arm (the curves ``fixed``), per setting (module docstring)."""
+    against its x = 64 arm (in the curves ``fixed``: one path or several), per setting and
+    arm (tau, token bound; module docstring)."""
     arms: dict = {}
     for settings, score, steps in _runs(adaptive):
         tau = float(settings.get("buffer.drop_logr2", 0.0))
         if tau > 0:
-            arms.setdefault((paired_signature(settings), tau), {})[int(settings["run.seed"])] = \
-                (score, steps)
+            below_p = float(settings.get("buffer.drop_tokens_below_p", 1.0))
+            arms.setdefault((paired_signature(settings), tau, below_p), {})[
+                int(settings["run.seed"])] = (score, steps)
     base: dict = {}
-    for settings, score, steps in _runs(fixed):
-        if (float(settings.get("buffer.drop_logr2", 0.0)) == 0
-                and float(settings["buffer.horizon"]) == FIXED_HORIZON):
-            base.setdefault(paired_signature(settings), {})[int(settings["run.seed"])] = score
-    names = setting_names(grid, {sig for sig, _ in arms})
+    for path in [fixed] if isinstance(fixed, (str, Path)) else fixed:
+        for settings, score, steps in _runs(path):
+            if (float(settings.get("buffer.drop_logr2", 0.0)) == 0
+                    and float(settings["buffer.horizon"]) == FIXED_HORIZON):
+                base.setdefault(paired_signature(settings), {})[int(settings["run.seed"])] = score
+    names = setting_names(grid, {sig for sig, _, _ in arms})
     out = []
-    for (sig, tau), by_seed in sorted(arms.items()):
+    for (sig, tau, below_p), by_seed in sorted(arms.items()):
         s = dict(sig)
         fixed_arm = base.get(sig, {})
         out.append({"setting": names[sig], "grid": grid,
                     "run_updates": max(v[1] for v in by_seed.values()),
                     "lr": float(s["trainer.lr"]),
                     "replay_ratio": float(s["schedule.replay_ratio"]),
-                    "loss": s.get("trainer.loss", "grpo"), "tau": tau,
+                    "loss": s.get("trainer.loss", "grpo"), "tau": tau, "below_p": below_p,
                     "seeds_adaptive": sorted(by_seed),
                     "auc_adaptive": [round(by_seed[k][0], 6) for k in sorted(by_seed)],
                     "seeds_fixed": sorted(fixed_arm),
@@ -187,10 +194,11 @@ def collect_adaptive(results: Path = RESULTS) -> list[dict]:
     docstring), sorted."""
     out = []
     for grid, fixed in ADAPTIVE_GRIDS:
-        a, f = (results / name / "curves.jsonl.gz" for name in (grid, fixed))
-        if a.exists() and f.exists():
+        a = results / grid / "curves.jsonl.gz"
+        f = [results / name / "curves.jsonl.gz" for name in fixed]
+        if a.exists() and all(p.exists() for p in f):
             out += adaptive_pairs(grid, a, f)
-    return sorted(out, key=lambda r: (r["setting"], r["loss"], r["tau"]))
+    return sorted(out, key=lambda r: (r["setting"], r["loss"], r["tau"], r["below_p"]))
 
 
 def main(argv=None) -> int:

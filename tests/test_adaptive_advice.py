@@ -1,25 +1,31 @@
 """Whether the advice names the adaptive buffer (replaytheory.adaptive_advice, theory.md 13.2):
 the committed adaptive evidence is what the committed grids hold, and the registered rule names
-it only when it is no worse than x = 64 on every setting and clear of zero on half of them,
-once the registered settings are in."""
+an arm only when it is no worse than x = 64 on every setting and clear of zero on half of them,
+once its registered settings are in; the arms are read in their registered order."""
 
 import json
 
 import pytest
 
-from replaytheory.adaptive_advice import (ADAPTIVE_EVIDENCE_PATH, MIN_SETTINGS, TAU,
-                                          AdaptivePair, choose_adaptive, compare_adaptive)
+from replaytheory.adaptive_advice import (ADAPTIVE_EVIDENCE_PATH, ARMS, AdaptivePair,
+                                          choose_adaptive, compare_adaptive)
 from replaytheory.advice import advise
 from tests.test_advice import _grid
 
 SEEDS = (10, 11, 12, 13, 14)
+UNCERTAIN, ALL_TOKENS = ARMS  # read in this order
+TAU, MIN_SETTINGS = ALL_TOKENS.tau, ALL_TOKENS.min_settings
 
 
-def _pair(name, diffs, loss="grpo", tau=TAU, seeds=SEEDS):
+def _pair(name, diffs, loss="grpo", tau=TAU, seeds=SEEDS, below_p=1.0):
     """A setting whose adaptive arm is x = 64's per-seed AUC plus ``diffs`` (one per seed)."""
     fixed = {s: 0.5 + 0.01 * ((s * 7) % 5) for s in seeds}
     return AdaptivePair(name, "g", 300, 1e-4, 2.0, loss, tau,
-                        {s: fixed[s] + d for s, d in zip(seeds, diffs)}, fixed)
+                        {s: fixed[s] + d for s, d in zip(seeds, diffs)}, fixed, below_p)
+
+
+def _uncertain(name, diffs):
+    return _pair(name, diffs, tau=UNCERTAIN.tau, below_p=UNCERTAIN.below_p)
 
 
 CLEAR = [0.03, 0.05, 0.04, 0.06, 0.05]  # mean 0.046, interval above 0
@@ -37,7 +43,8 @@ def test_named_when_never_worse_and_clear_of_zero_on_half_the_settings():
     a = choose_adaptive("grpo", False, pairs)
     assert a.named and a.drop_logr2 == TAU and len(a.comparisons) == MIN_SETTINGS
     assert a.comparisons[0].mean == pytest.approx(0.046) and a.comparisons[0].low > 0
-    assert a.names(32) == {"drop_logr2": TAU, "replay_buffer_size": 1024 * 32}
+    assert a.names(32) == {"drop_logr2": TAU, "drop_tokens_below_p": 1.0,
+                           "replay_buffer_size": 1024 * 32}
     assert "interval above 0 on 3" in a.reason
 
 
@@ -57,7 +64,8 @@ def test_not_named_when_worse_anywhere_clear_too_rarely_or_before_the_registered
 def test_only_grpo_at_the_registered_tau_counts_and_on_policy_gets_none():
     pairs = [_pair(f"s{i}", CLEAR) for i in range(MIN_SETTINGS)]
     others = [_pair("neg", CLEAR, loss="neg_clip"), _pair("loose", CLEAR, tau=0.2)]
-    assert {c.setting for c in compare_adaptive(pairs + others)} == {p.setting for p in pairs}
+    assert {c.setting for c in compare_adaptive(pairs + others, ALL_TOKENS)} == \
+        {p.setting for p in pairs}
     assert choose_adaptive("grpo", True, pairs) is None
     assert choose_adaptive("neg_clip", False, pairs) is None
     with pytest.raises(ValueError, match="rollouts_per_step"):
@@ -74,3 +82,20 @@ def test_the_advice_carries_the_adaptive_alternative_and_says_why():
     on_policy_best = [_grid("a", "a", [0.60, 0.52, 0.50, 0.45])]
     on = advise(2.0, 100, evidence=on_policy_best, loss_evidence=[], adaptive_evidence=pairs)
     assert on.on_policy and on.adaptive is None and "adaptive" not in on.provenance
+
+
+def test_the_arm_over_uncertain_tokens_is_read_first_and_each_arm_only_on_its_own_runs():
+    """Both arms pass: the later registration (over the tokens below 0.5) is the advice's;
+    it fails: the first arm's verdict stands and the reason names both."""
+    every = [_pair(f"s{i}", CLEAR) for i in range(MIN_SETTINGS)]
+    good = [_uncertain(f"u{i}", CLEAR) for i in range(UNCERTAIN.min_settings)]
+    a = choose_adaptive("grpo", False, every + good)
+    assert a.named and (a.drop_logr2, a.drop_tokens_below_p) == (UNCERTAIN.tau, 0.5)
+    assert {c.setting for c in a.comparisons} == {p.setting for p in good}
+    assert a.names(8)["drop_tokens_below_p"] == 0.5 and "below 0.5" in a.reason
+    bad = good[:-1] + [_uncertain("ubad", [-0.02, -0.01, 0.0, -0.03, -0.01])]
+    b = choose_adaptive("grpo", False, every + bad)
+    assert b.named and b.drop_tokens_below_p == 1.0 and b.drop_logr2 == TAU
+    neither = choose_adaptive("grpo", False, every[:-1] + bad)
+    assert not neither.named and neither.drop_tokens_below_p == 0.5
+    assert "on ubad" in neither.reason and "registered settings" in neither.reason

@@ -26,8 +26,8 @@ import numpy as np
 from figures.losses.verdicts import held, staleness
 from figures.unclipped import auc
 from llm_experiments.study.results import load_runs
-from replaytheory.adaptive_advice import (FIXED_HORIZON, TAU, AdaptivePair, choose_adaptive,
-                                          compare_adaptive)
+from replaytheory.adaptive_advice import (ARMS, FIXED_HORIZON, AdaptivePair, compare_adaptive,
+                                          judge_arm)
 from replaytheory.evidence import (adaptive_pairs, collect_adaptive, paired_signature,
                                    setting_names)
 from replaytheory.loss_advice import DRAWS, paired_interval
@@ -42,6 +42,8 @@ TRANSFER_SETTINGS = 4  # registered
 TRANSFER_SEEDS = 10  # registered seeds per setting
 LOST_MACHINE_SEEDS = 6  # seeds 10-15 of a setting whose warm start is not pinned
 LONG_SEEDS = 3
+ALL_TOKENS = ARMS[-1]  # the arm these grids registered: tau = 0.05 over every token
+TAU = ALL_TOKENS.tau
 
 
 def drop_share(run) -> float:
@@ -68,7 +70,8 @@ def mechanism(results: Path, grid: str) -> dict:
     path = results / grid / "curves.jsonl.gz"
     if not path.exists():
         return {}
-    runs = [r for r in load_runs(str(path)) if float(r.get("buffer.drop_logr2") or 0) == TAU]
+    runs = [r for r in load_runs(str(path)) if float(r.get("buffer.drop_logr2") or 0) == TAU
+            and float(r.get("buffer.drop_tokens_below_p") or 1) == ALL_TOKENS.below_p]
     names = setting_names(grid, {paired_signature(r.settings) for r in runs})
     out: dict = {}
     for r in runs:
@@ -99,7 +102,7 @@ def _rows(pairs, mech: dict, grids: tuple) -> dict:
     pinned} for the settings of ``grids``."""
     grid = {p.setting: p.grid for p in pairs}
     rows = {}
-    for c in compare_adaptive(pairs):
+    for c in compare_adaptive(pairs, ALL_TOKENS):
         m = mech.get(c.setting, Mechanism(np.nan, np.nan, np.nan, False))
         if grid[c.setting] in grids:
             rows[c.setting] = {"grid": grid[c.setting], "minus": (c.mean, c.low, c.high),
@@ -134,7 +137,7 @@ def judge_transfer(results: Path) -> dict:
     claims: dict = {}
     if len(transfer) == TRANSFER_SETTINGS:
         pool = pooled([p for p in pairs if p.setting in transfer])
-        advice = choose_adaptive("grpo", False, pairs)
+        advice = judge_arm(ALL_TOKENS, pairs)
         claims.update({**_per_setting(transfer),
                        "C2": bool(pool[0] > 0 and pool[1] > 0),
                        "C4": not advice.named, "pooled": pool, "rule": advice.reason})
