@@ -177,3 +177,31 @@ def test_the_scaled_threshold_claims_read_both_grids(tmp_path):
     _long_arms(worse, "adaptive_long", {0.0: (0.0, 0, 28.0), 0.05: (-0.02, 2, 72.0)})
     _long_arms(worse, "adaptive_scaled_long", {0.004: (-0.03, 1, 80.0)})
     assert judge_scaled(worse)["claims"] == {"S1": False, "S2": False, "S3": False}
+
+
+def test_the_uncertain_token_claims_pair_with_x64_and_the_arm_over_every_token(tmp_path):
+    """U1, U2 on cpu_long's pairs: the arm over uncertain tokens against x = 64 and against
+    tau = 0.05 over every token on the same seeds; U4 waits for the five settings."""
+    from figures.losses.uncertain import judge_uncertain, uncertain_table
+    assert judge_uncertain(tmp_path) == {} and uncertain_table({}) == ""
+    _long_arms(tmp_path, "adaptive_long", {0.0: (0.0, 0, 28.0), 0.05: (-0.02, 2, 72.0)})
+    (tmp_path / "arm").mkdir()
+    _long_arms(tmp_path / "arm", "g", {0.1: (0.01, 12, 40.0)})
+    (tmp_path / "adaptive_uncertain_long").mkdir()
+    with gzip.open(tmp_path / "arm" / "g" / "curves.jsonl.gz", "rt") as src, \
+            gzip.open(tmp_path / "adaptive_uncertain_long" / "curves.jsonl.gz", "wt") as out:
+        for line in src:
+            rec = json.loads(line)
+            n = len(rec["train"]["step"])
+            out.write(json.dumps({**rec, "train": {**rec["train"], "uncertain_share": [0.02] * n},
+                                  "settings": {**rec["settings"],
+                                               "buffer.drop_tokens_below_p": 0.5}}) + "\n")
+    v = judge_uncertain(tmp_path)
+    (row,) = v["rows"].values()
+    assert row["seeds"] == 3 and row["drop_share"] == pytest.approx(12 / 32)
+    assert row["minus_x64"][0] == pytest.approx(0.01)
+    assert row["minus_every_token"][0] == pytest.approx(0.03)
+    assert row["uncertain_share"] == pytest.approx(0.02) and row["staleness"] == 40.0
+    assert v["claims"]["U1"] and v["claims"]["U2"] and not v["claims"]["U4"]
+    assert "1 of the 5" in v["claims"]["rule"] and not v["complete"]
+    assert "U1 (on cpu_long it drops 20-60%" in uncertain_table(v)

@@ -4,7 +4,8 @@ cpu_sweep_v3's setting, y = 2, lr 1e-4; P1-P5), setting 2 (``results/horizon_los
 horizon_lr2's setting, seeds 10-14; Q1-Q3), the adaptive horizon
 (``results/horizon_adaptive``; A1-A3; B1-B3 on setting 2) and where it never ran
 (``results/adaptive_transfer``, ``results/adaptive_long``; C1-C5,
-``figures.losses.transfer``), judged by ``figures.losses.verdicts`` against the registrations
+``figures.losses.transfer``) and over uncertain tokens (``results/adaptive_uncertain*``; U1-U4,
+``figures.losses.uncertain``), judged by ``figures.losses.verdicts`` against the registrations
 in ``experiments/``, and the staleness diagnostics each loss logged.
 
 ``python -m figures.losses [--out DIR]`` writes ``losses.md`` (mean AUC per loss and x with
@@ -27,6 +28,7 @@ from figures.losses.verdicts import (ADAPTIVE, ADAPTIVE2, LOSSES, LR_ARM, SETTIN
                                      adaptive_rows, claims_adaptive, claims_adaptive2, claims_lr,
                                      claims_setting1, claims_setting2, load, lr_rows, rows_of)
 from figures.losses.transfer import judge_scaled, judge_transfer, scaled_table, transfer_table
+from figures.losses.uncertain import judge_uncertain, uncertain_table
 from figures.style import ON_POLICY_COLOR, PALETTE, plt, save, write_text
 from figures.unclipped import RESULTS, auc
 
@@ -219,6 +221,7 @@ def main(argv=None) -> list[Path]:
     second, _ = load(folder, LR_ARM)
     l_rows, l_claims = lr_rows(second, arms), claims_lr(second, arms)
     transfer, scaled = judge_transfer(folder), judge_scaled(folder)
+    uncertain = judge_uncertain(folder)
     text = ("# The horizon under each stale-rollout loss (theory.md section 12)\n\n" +
             table(one, "Setting 1: cpu_sweep_v3's, lr 1e-4, 300 updates",
                   "P1-P5, experiments/horizon_losses.yaml", 13, 10) + "\n" +
@@ -229,7 +232,7 @@ def main(argv=None) -> list[Path]:
             adaptive_table(ad2_rows, ad2_claims, 5, "The adaptive horizon on setting 2 (B1-B3, "
                            "experiments/horizon_adaptive_lr2.yaml)") + "\n" +
             lr_table(l_rows, l_claims, 5) + "\n" + transfer_table(transfer) + "\n" +
-            scaled_table(scaled))
+            scaled_table(scaled) + "\n" + uncertain_table(uncertain))
     record = {"setting1": _record(one), "setting2": _record(two),
               "adaptive": {"rows": {k: {str(t): r for t, r in by.items()}
                                     for k, by in ad_rows.items()}, "claims": ad_claims},
@@ -237,7 +240,7 @@ def main(argv=None) -> list[Path]:
                                      for k, by in ad2_rows.items()}, "claims": ad2_claims},
               "second_lr": {"rows": {k: {str(x): r for x, r in by.items()}
                                      for k, by in l_rows.items()}, "claims": l_claims},
-              "transfer": transfer, "scaled": scaled}
+              "transfer": transfer, "scaled": scaled, "uncertain": uncertain}
     return [write_text(text, "losses.md", a.out),
             write_text(json.dumps(record, indent=1), "losses.json", a.out),
             *save(draw(one, two), "losses", a.out),
