@@ -13,6 +13,8 @@ per-setting signal would buy. A pilot picks among the left-out advice, the rule'
 on-policy by their scores in the same setting's shortest window at the same mu, and is scored
 on the setting's longer windows. The pilot window is the first updates of the very runs it is
 scored on (same seeds), so the check is optimistic; a user's pilot would be separate runs.
+The registered pilot is that (``registered_pilot``: ``results/pilot/verdict.json``, written by
+``python -m llm_experiments.study.pilot judge``; theory.md 13.3).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import numpy as np
 from figures.style import write_text
 from replaytheory.advice import (RULE_HORIZON, Evidence, advise, case_at, goal_summary,
                                  load_evidence, score_cases)
+
+PILOT_VERDICT = Path(__file__).resolve().parents[1] / "results" / "pilot" / "verdict.json"
 
 def pilot_cases(evidence: list[Evidence]) -> dict:
     """{"advice": cases, "pilot": cases} on every record with a shorter window of its family
@@ -85,6 +89,31 @@ def table(scores: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def registered_pilot(verdict: dict) -> str:
+    """The registered pilot's verdict (PL1-PL3, ``experiments/pilot.yaml``) as markdown."""
+    if not verdict or not verdict["rows"]:
+        return ""
+    status = "verdict" if verdict["complete"] else "INTERIM, not the verdict"
+    prices = sorted({r["price"] for r in verdict["rows"]})
+    c = verdict["claims"]
+    d = c["PL2_difference"]
+    lines = ["", "## The registered pilot (PL1-PL3, experiments/pilot.yaml; theory.md 13.3)", "",
+             f"{len(verdict['rows'])} (case, seed) pilots of {verdict['cases']} cases x "
+             f"{len(verdict['seeds'])} seeds ({status}); price "
+             f"{', '.join(f'{p:.0%}' for p in prices)} more updates than the run, not charged "
+             "to the regret below.", "",
+             "| | cases | regret | rule | on-policy | worse than rule | on-policy beats rule "
+             "| worse than on-policy there | goal met |", "|---|---|---|---|---|---|---|---|---|",
+             _summary_row("pilot", verdict["pilot"]),
+             _summary_row("advice alone, left out", verdict["advice_alone"]), "",
+             "Pilot minus advice alone, per seed's mean regret: " +
+             ("-" if d is None else f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]") + ".", ""]
+    words = {"PL1": "G3 over every (case, seed)", "PL2": "mean regret below the advice's",
+             "PL3": "worse than the rule less often than the advice"}
+    lines += [f"* {k} ({w}): {'holds' if c[k] else 'fails'}" for k, w in words.items()]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> list[Path]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="output folder (default figures/out)")
@@ -96,7 +125,10 @@ def main(argv=None) -> list[Path]:
     scores["summary"] = {k: goal_summary(v) for k, v in cases.items()}
     scores["pilot_check"] = {f"{k}, left out": goal_summary(v)
                              for k, v in pilot_cases(evidence).items()}
-    return [write_text(table(scores), "advice.md", a.out),
+    path = PILOT_VERDICT
+    scores["registered_pilot"] = json.loads(path.read_text()) if path.exists() else {}
+    text = table(scores) + registered_pilot(scores["registered_pilot"])
+    return [write_text(text, "advice.md", a.out),
             write_text(json.dumps(scores, indent=1), "advice.json", a.out)]
 
 

@@ -85,3 +85,18 @@ def test_the_judge_scores_each_seeds_pick_on_the_record(tmp_path, monkeypatch):
     assert v["rows"][0]["regret"] == pytest.approx(reg[record.on_policy()])
     assert v["rows"][1]["regret"] == pytest.approx(v["rows"][1]["advice_regret"])
     assert v["pilot"]["cases"] == 2 and math.isfinite(v["pilot"]["mean_regret"])
+    from figures.advice import registered_pilot
+    text = registered_pilot(v)
+    assert "2 (case, seed) pilots of 1 cases x 2 seeds (verdict)" in text
+    assert "* PL1 (G3 over every (case, seed)): fails" in text  # 2 seeds: no PL2 interval
+
+
+def test_the_claims_compare_the_pilot_with_the_advice_alone_per_seed():
+    from llm_experiments.study.pilot import claims
+    from replaytheory.advice import Case, goal_summary
+    rows = [{"seed": s, "regret": 0.1 - 0.01 * s, "advice_regret": 0.2} for s in (1, 2, 3)]
+    cases = [Case("a", 100, 2.0, (1, 1), r["regret"], 0.15, None) for r in rows]
+    alone = [Case("a", 100, 2.0, (1, 1), 0.2, 0.15, None) for _ in rows]
+    c = claims(rows, goal_summary(cases), goal_summary(alone))
+    assert c["PL2"] and c["PL2_difference"][0] == pytest.approx(-0.12)
+    assert c["PL3"] and not c["PL1"]  # mean regret 0.08 > 0.05

@@ -29,6 +29,7 @@ import numpy as np
 import yaml
 
 from replaytheory.advice import Evidence, advise, case_at, goal_summary, load_evidence
+from replaytheory.loss_advice import paired_interval
 from replaytheory.pilot import (PilotArm, pick, pilot_arms, pilot_budget, pilot_price,
                                 pilot_updates, MIN_RUN_UPDATES, EVAL_EVERY)
 from replaytheory.stats.analysis import mean_over_budget
@@ -145,10 +146,25 @@ def judge_pilot(curves: str, evidence: list[Evidence]) -> dict:
                          "rule_regret": case.rule_regret,
                          "on_policy_regret": case.on_policy_regret})
     cases = len(pilot_cases(evidence))
+    pilot, advice = (goal_summary(c) if c else None for c in (picked, alone))
     return {"cases": cases, "seeds": list(SEEDS), "rows": rows,
-            "complete": len(rows) == cases * len(SEEDS),
-            "pilot": goal_summary(picked) if picked else None,
-            "advice_alone": goal_summary(alone) if alone else None}
+            "complete": len(rows) == cases * len(SEEDS), "pilot": pilot,
+            "advice_alone": advice, "claims": claims(rows, pilot, advice)}
+
+
+def claims(rows: list[dict], pilot: dict | None, advice: dict | None) -> dict:
+    """PL1-PL3 of ``experiments/pilot.yaml`` over the judged (case, seed) rows; PL2's
+    difference is each seed's mean (pilot - advice alone) regret, with its 95% interval over
+    the seeds (None below ``loss_advice.MIN_SEEDS`` seeds)."""
+    if not rows:
+        return {}
+    by_seed = {k: {s: float(np.mean([r[k] for r in rows if r["seed"] == s]))
+                   for s in {r["seed"] for r in rows}} for k in ("regret", "advice_regret")}
+    d = paired_interval(by_seed["regret"], by_seed["advice_regret"])
+    return {"PL1": pilot["goal_met"],
+            "PL2": d is not None and d.mean < 0,
+            "PL2_difference": None if d is None else (d.mean, d.low, d.high),
+            "PL3": pilot["worse_than_rule"] < advice["worse_than_rule"]}
 
 
 def main(argv=None) -> int:
@@ -166,8 +182,8 @@ def main(argv=None) -> int:
     else:
         verdict = judge_pilot(a.curves, evidence)
         write_text(a.out, json.dumps(verdict, indent=1, sort_keys=True) + "\n")
-        print(json.dumps({k: verdict[k] for k in ("complete", "pilot", "advice_alone")},
-                         indent=1))
+        print(json.dumps({k: verdict[k] for k in ("complete", "pilot", "advice_alone",
+                                                   "claims")}, indent=1))
     return 0
 
 
