@@ -60,7 +60,7 @@ def judge_uncertain(results: Path) -> dict:
                                 {s: auc(r) for s, r in other.items()})
             c = vs64.get(names[sig])
             rows[names[sig]] = {
-                "grid": g, "seeds": len(runs),
+                "grid": g, "seeds": len(runs), "paired": 0 if c is None else c.seeds,
                 "minus_x64": None if c is None else (c.mean, c.low, c.high),
                 "minus_every_token": None if d is None else (d.mean, d.low, d.high),
                 "drop_share": float(np.mean([drop_share(r) for r in runs.values()])),
@@ -107,10 +107,10 @@ def uncertain_table(v: dict) -> str:
              "experiments/adaptive_uncertain.yaml)", "",
              f"tau = {UNCERTAIN.tau:g} over the tokens sampled below {UNCERTAIN.below_p:g}, "
              f"horizon 1024, grpo, y = 2; paired by seed ({status}).", "",
-             "| setting | seeds | minus x = 64 | minus tau = 0.05 over every token | drop share "
-             "| tokens read | mean staleness |", "|---|---|---|---|---|---|---|"]
+             "| setting | seeds (paired with x = 64) | minus x = 64 | minus tau = 0.05 over every "
+             "token | drop share | tokens read | mean staleness |", "|---|---|---|---|---|---|---|"]
     for name, r in sorted(v["rows"].items()):
-        lines.append(f"| {name} | {r['seeds']} | {_cell(r['minus_x64'])} | "
+        lines.append(f"| {name} | {r['seeds']} ({r['paired']}) | {_cell(r['minus_x64'])} | "
                      f"{_cell(r['minus_every_token'])} | {r['drop_share']:.2f} | "
                      f"{r['uncertain_share']:.3f} | {r['staleness']:.1f} |")
     c = v["claims"]
