@@ -1,0 +1,65 @@
+"""The verdict of experiments/seconds_long.yaml (llm_experiments.study.seconds_long): seconds
+to on-policy's final accuracy from each run's own clocks, by hand, and SL1-SL4 read from them."""
+
+import gzip
+import json
+
+import pytest
+
+from llm_experiments.study import seconds_long as sl
+
+
+def _run(level, cell, seed, gen_per_batch, accs, steps=100):
+    """A run whose clocks charge 1 s an update and ``gen_per_batch`` s per 64 rollouts."""
+    x, y = cell
+    rps = 64 / y
+    settings = {"sampler.max_concurrent": level, "run.seed": seed}
+    settings.update({"schedule.mode": "on_policy"} if x == 1 else
+                    {"schedule.mode": "sync", "buffer.horizon": x, "schedule.replay_ratio": y})
+    evals = [0, steps // 2, steps]
+    return {"run_id": f"{level}-{x}-{y}-{seed}", "settings": settings, "batch_size": 64,
+            "summary": {"steps": steps, "samples_generated": steps * rps,
+                        "train_seconds_per_step": 1.0, "gen_seconds_per_step": gen_per_batch / y,
+                        "mu_measured": gen_per_batch},
+            "eval": {"step": evals, "samples_generated": [e * rps for e in evals],
+                     "samples_consumed": [64 * e for e in evals], "eval_accuracy": accs},
+            "train": {"step": [], "samples_generated": [], "samples_consumed": []}}
+
+
+def _write(tmp_path, runs):
+    path = tmp_path / "curves.jsonl.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in runs)
+    return str(path)
+
+
+def test_ratios_by_hand_and_the_claims(tmp_path):
+    """Every cell learns alike per update: on-policy's target (0.5 + 0.7) / 2 = 0.6 falls at
+    update 75 everywhere, so a cell's ratio is its seconds per update over on-policy's: at
+    level 16, (1 + 9 / 2.8) / 10 = 0.421; at level 0, (1 + 2 / 1.4) / 3 = 0.810."""
+    same = [0.3, 0.5, 0.7]
+    runs = []
+    for seed in (0, 1, 2):
+        for level, gen, cells in ((16, 9.0, [(1, 1), (16, 2.8), (16, 2.0), (64, 2.8)]),
+                                  (0, 2.0, [(1, 1), (16, 1.4), (16, 2.0), (64, 1.4)])):
+            runs += [_run(level, c, seed, gen, same) for c in cells]
+    v = sl.judge(_write(tmp_path, runs))
+    hi, lo = v["levels"]["16"], v["levels"]["0"]
+    assert hi["cells"]["x=16, y=2.8"]["ratio"] == pytest.approx((0.4214,) * 3, abs=1e-4)
+    assert lo["cells"]["x=64, y=1.4"]["ratio"][0] == pytest.approx(0.8095, abs=1e-4)
+    assert hi["cells"]["on-policy"]["ratio"][0] == pytest.approx(1.0)
+    assert hi["best_buffer"] in ("x=16, y=2.8", "x=64, y=2.8") and hi["mu"] == 9.0
+    # per update alike, a cheaper update wins in seconds: at level 16 the advice's (16, 2)
+    # (5.5 s an update) is below the rule's (64, 2.8) (4.2 s) by more than 0.02 AUC
+    assert v["claims"] == {"SL1": True, "SL2": True, "SL3": True, "SL4": False}
+    a, r = (hi["cells"][k]["auc_seconds"] for k in ("x=16, y=2", "x=64, y=2.8"))
+    assert r - a > sl.NEAR
+
+
+def test_a_cell_that_never_reaches_the_target_has_an_infinite_ratio(tmp_path):
+    runs = [_run(16, (1, 1), s, 9.0, [0.3, 0.5, 0.7]) for s in (0, 1)]
+    runs += [_run(16, (64, 2.8), s, 9.0, [0.3, 0.4, 0.5]) for s in (0, 1)]
+    v = sl.judge(_write(tmp_path, runs))
+    cell = v["levels"]["16"]["cells"]["x=64, y=2.8"]
+    assert cell["ratio"][0] == float("inf") and v["claims"]["SL1"] is False
+    assert "SL2" not in v["claims"]  # the natural level has no runs yet
