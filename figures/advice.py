@@ -108,6 +108,10 @@ def registered_pilot(verdict: dict) -> str:
              _summary_row("advice alone, left out", verdict["advice_alone"]), "",
              "Pilot minus advice alone, per seed's mean regret: " +
              ("-" if d is None else f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]") + ".", ""]
+    k = verdict["picks"]
+    lines += [f"Picks: {', '.join(f'{n} {m}' for n, m in k['counts'].items())}; an arm of least "
+              f"regret on the record in {k['right']} of {len(verdict['rows'])}. Always picking "
+              f"such an arm would give mean regret {k['oracle_mean_regret']:.3f}.", ""]
     words = {"PL1": "G3 over every (case, seed)", "PL2": "mean regret below the advice's",
              "PL3": "worse than the rule less often than the advice"}
     lines += [f"* {k} ({w}): {'holds' if c[k] else 'fails'}" for k, w in words.items()]

@@ -89,6 +89,9 @@ def test_the_judge_scores_each_seeds_pick_on_the_record(tmp_path, monkeypatch):
     text = registered_pilot(v)
     assert "2 (case, seed) pilots of 1 cases x 2 seeds (verdict)" in text
     assert "* PL1 (G3 over every (case, seed)): fails" in text  # 2 seeds: no PL2 interval
+    # seed 30 picked on-policy, the record's best cell; seed 31 the advice, the worst
+    assert v["picks"]["counts"] == {"advice": 1, "rule": 0, "on-policy": 1}
+    assert v["picks"]["right"] == 1 and v["picks"]["oracle_mean_regret"] == 0.0
 
 
 def test_the_claims_compare_the_pilot_with_the_advice_alone_per_seed():

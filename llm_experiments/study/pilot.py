@@ -30,8 +30,8 @@ import yaml
 
 from replaytheory.advice import Evidence, advise, case_at, goal_summary, load_evidence
 from replaytheory.loss_advice import paired_interval
-from replaytheory.pilot import (PilotArm, pick, pilot_arms, pilot_budget, pilot_price,
-                                pilot_updates, MIN_RUN_UPDATES, EVAL_EVERY)
+from replaytheory.pilot import (ARM_ORDER, EVAL_EVERY, MIN_RUN_UPDATES, PilotArm, pick,
+                                pilot_arms, pilot_budget, pilot_price, pilot_updates)
 from replaytheory.stats.analysis import mean_over_budget
 
 from replaytheory.io import write_text
@@ -138,10 +138,12 @@ def judge_pilot(curves: str, evidence: list[Evidence]) -> dict:
             case = case_at(e, (chosen.x, chosen.y))
             picked.append(case)
             alone.append(case_at(e, (c.arms[0].x, c.arms[0].y)))
+            arm_regret = {a.name: case_at(e, (a.x, a.y)).regret for a in c.arms}
             rows.append({"setting": e.setting, "run_updates": e.run_updates, "mu": e.mu,
                          "seed": seed, "pilot_updates": c.updates,
                          "price": pilot_price(e.run_updates), "scores": scores,
-                         "arms": [asdict(a) for a in c.arms], "pick": chosen.name,
+                         "arms": [asdict(a) for a in c.arms], "arm_regret": arm_regret,
+                         "pick": chosen.name,
                          "regret": case.regret, "advice_regret": alone[-1].regret,
                          "rule_regret": case.rule_regret,
                          "on_policy_regret": case.on_policy_regret})
@@ -149,7 +151,18 @@ def judge_pilot(curves: str, evidence: list[Evidence]) -> dict:
     pilot, advice = (goal_summary(c) if c else None for c in (picked, alone))
     return {"cases": cases, "seeds": list(SEEDS), "rows": rows,
             "complete": len(rows) == cases * len(SEEDS), "pilot": pilot,
-            "advice_alone": advice, "claims": claims(rows, pilot, advice)}
+            "advice_alone": advice, "claims": claims(rows, pilot, advice),
+            "picks": pick_summary(rows)}
+
+
+def pick_summary(rows: list[dict]) -> dict:
+    """How the picks went: how often each arm was picked, how often the pick was an arm of
+    least regret on the record (ties count), and the mean regret of a pilot that always
+    picked such an arm (the best any pilot among these arms can do)."""
+    best = [min(r["arm_regret"].values()) for r in rows]
+    return {"counts": {n: sum(r["pick"] == n for r in rows) for n in ARM_ORDER},
+            "right": sum(r["regret"] <= b + 1e-12 for r, b in zip(rows, best)),
+            "oracle_mean_regret": float(np.mean(best)) if rows else None}
 
 
 def claims(rows: list[dict], pilot: dict | None, advice: dict | None) -> dict:
