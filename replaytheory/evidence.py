@@ -47,7 +47,8 @@ LOSS_GRIDS = ("horizon_losses", "horizon_losses_lr2")  # theory.md 12.3
 # (adaptive grid, the grids holding its x = 64 arms): theory.md 12.4, 12.6, 12.7, 13.2
 ADAPTIVE_GRIDS = (("horizon_adaptive", ("horizon_losses",)),
                   ("horizon_adaptive_lr2", ("horizon_losses_lr2",)),
-                  ("adaptive_transfer", ("adaptive_transfer",)), ("adaptive_long", ("adaptive_long",)),
+                  ("adaptive_transfer", ("adaptive_transfer",)),
+                  ("adaptive_long", ("adaptive_long",)),
                   ("adaptive_uncertain", ("horizon_losses", "horizon_losses_lr2",
                                           "adaptive_transfer")),
                   ("adaptive_uncertain_long", ("adaptive_long",)))
