@@ -80,6 +80,13 @@ class Evidence:
         """The on-policy cell's index, None when the grid has none."""
         return self.labels.index(ON_POLICY) if ON_POLICY in self.labels else None
 
+    def scored_at(self, x: float, y: float) -> int:
+        """The cell that advice of (x, y) is scored at: on-policy's when x <= 1 and y <= 1 (the
+        advice then says on-policy) and the grid has it, else ``nearest`` (a grid's buffer of
+        one step at y = 1 is as near (1, 1) but is not on-policy training)."""
+        on = self.on_policy()
+        return on if on is not None and x <= 1 and y <= 1 else self.nearest(x, y)
+
     def bound(self, mu: float) -> float:
         """The regret the advice may not exceed here: the rule's, or on-policy's where it is
         smaller."""
@@ -328,7 +335,7 @@ def case_at(e: Evidence, cell: tuple[float, float]) -> Case:
     on-policy's."""
     reg = e.regret()
     on = e.on_policy()
-    return Case(e.setting, e.run_updates, e.mu, cell, float(reg[e.nearest(*cell)]),
+    return Case(e.setting, e.run_updates, e.mu, cell, float(reg[e.scored_at(*cell)]),
                 float(reg[e.nearest(RULE_HORIZON, math.sqrt(e.mu))]),
                 None if on is None else float(reg[on]))
 

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from replaytheory.advice import (EVIDENCE_PATH, Evidence, advise, load_evidence, matched,
-                                 score_cases)
+from replaytheory.advice import (EVIDENCE_PATH, Evidence, advise, case_at, load_evidence,
+                                 matched, score_cases)
 from replaytheory.calculator import optimal_config
 
 
@@ -127,3 +127,15 @@ def test_the_pilot_check_picks_by_the_settings_shortest_window():
     advice, pilot = got["advice"][0], got["pilot"][0]
     assert advice.advice == (16.0, 1.4) and advice.regret == pytest.approx(0.3)
     assert pilot.advice == (1.0, 1.0) and pilot.regret == 0.0
+
+
+def test_on_policy_advice_is_scored_at_the_on_policy_cell_not_a_one_step_buffer():
+    """(1, 1) is as near a grid's buffer of one step at y = 1 as its on-policy cell; advice of
+    (1, 1) says on-policy, so it is scored there (``Evidence.scored_at``), while any other
+    cell still takes the worse of equally near cells."""
+    labels = ("on-policy", "x=1, y=1", "x=16, y=1.4")
+    e = Evidence("s", "s", 100, 2.0, 0.2, labels, np.array([1.0, 1.0, 16.0]),
+                 np.array([1.0, 1.0, 1.4]), np.array([0.60, 0.40, 0.50]))
+    assert case_at(e, (1.0, 1.0)).regret == 0.0 == case_at(e, (1.0, 1.0)).on_policy_regret
+    assert e.regret()[e.nearest(1.0, 1.0)] == pytest.approx(0.5)  # the worse of the two
+    assert case_at(e, (16.0, 1.4)).regret == pytest.approx(0.25)

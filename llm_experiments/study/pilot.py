@@ -82,8 +82,13 @@ def _base(family: str) -> tuple:
     return tuple(sorted({**settings, "trainer.lr": lr}.items()))
 
 
+def _on_policy(arm: PilotArm) -> bool:
+    """Advice of (1, 1) says on-policy too (``replaytheory.advice.Advice.on_policy``)."""
+    return arm.x <= 1 and arm.y <= 1
+
+
 def _arm_settings(arm: PilotArm) -> dict:
-    if arm.name == "on-policy":
+    if _on_policy(arm):
         return {"schedule.mode": "on_policy"}
     return {"schedule.mode": "sync", "buffer.horizon": arm.x,
             "schedule.replay_ratio": round(arm.y, 6)}
@@ -94,12 +99,11 @@ def pilot_spec(evidence: list[Evidence]) -> dict:
     longest: dict = {}
     for c in pilot_cases(evidence):
         for arm in c.arms:
-            key = (_base(c.record.family), (arm.x, round(arm.y, 6)), arm.name == "on-policy")
+            key = (_base(c.record.family), (arm.x, round(arm.y, 6)))
             longest[key] = max(longest.get(key, 0), c.updates)
     cells = []
-    for (base, (x, y), on), steps in sorted(longest.items()):
-        arm = PilotArm("on-policy" if on else "buffer", x, y)
-        cells.append({**dict(base), **_arm_settings(arm), "run.steps": steps})
+    for (base, (x, y)), steps in sorted(longest.items()):
+        cells.append({**dict(base), **_arm_settings(PilotArm("arm", x, y)), "run.steps": steps})
     return {"config": "cpu_tiny", "set": dict(SHARED), "cells": cells,
             "grid": {"run.seed": list(SEEDS)}}
 
