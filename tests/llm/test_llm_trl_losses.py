@@ -3,6 +3,8 @@ loss and gradient TRL's trainer computes on a replayed batch equal ``losses.poli
 the same rollouts with our own collation and forward pass, and the staleness diagnostics
 reach TRL's logs."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -87,13 +89,15 @@ def test_a_model_that_drops_out_needs_disable_dropout(tmp_path):
     _trainer(tmp_path, "grpo", dropout=0.1, disable_dropout=True)
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "neg_clip"])
-def test_drop_logr2_evicts_exactly_the_rows_past_it(tmp_path, loss_type):
+@pytest.mark.parametrize("loss_type, below_p", [("grpo", 1.0), ("neg_clip", 1.0), ("grpo", 0.9)])
+def test_drop_logr2_evicts_exactly_the_rows_past_it(tmp_path, loss_type, below_p):
     """The adaptive horizon in TRL (theory.md 12.4): after a step, the rollouts of its batch
     whose mean (log r)^2 at the step's weights passed drop_logr2 leave the buffer, the others
-    stay; for TRL's own loss (grpo) and a harness loss alike."""
+    stay; for TRL's own loss (grpo) and a harness loss alike, and over the tokens sampled
+    below ``drop_tokens_below_p`` (12.7)."""
     import dataclasses
-    trainer = _trainer(tmp_path, loss_type, replay=rt.ReplaySettings(32, 8, drop_logr2=1e-3))
+    trainer = _trainer(tmp_path, loss_type, replay=rt.ReplaySettings(
+        32, 8, drop_logr2=1e-3, drop_tokens_below_p=below_p))
     trainer.train()
     assert "replay/dropped" in trainer.state.log_history[0]
     trainer.model.train()
@@ -107,7 +111,8 @@ def test_drop_logr2_evicts_exactly_the_rows_past_it(tmp_path, loss_type):
     tb = losses.collate(batch, trainer.processing_class.pad_token_id)
     with torch.no_grad():
         logp, _ = losses.batch_logprobs(trainer.model, tb, trainer.temperature)
-    stat = ((logp - tb.old_logp) ** 2 * tb.mask).sum(-1) / tb.mask.sum(-1)
+    mask = tb.mask & (tb.old_logp < math.log(below_p)) if below_p < 1 else tb.mask
+    stat = ((logp - tb.old_logp) ** 2 * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     tau = float(stat.median())
     trainer.replay = dataclasses.replace(trainer.replay, drop_logr2=tau)
     trainer._compute_loss(trainer.model, inputs)
