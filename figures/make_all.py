@@ -141,11 +141,17 @@ def _time_breakdown(out):
     return time_breakdown.main([] if out is None else ["--out", str(out)])  # raises if absent
 
 
+def _seconds_long(out):
+    from figures import seconds_long
+    return seconds_long.main([] if out is None else ["--out", str(out)])  # raises if absent
+
+
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
             "verdicts": _verdicts, "windows": _windows, "growth": _growth, "align": _align,
             "align_variants": _align_variants, "align_moments": _align_moments,
             "align_buffer": _align_buffer, "unclipped": _unclipped, "losses": _losses,
-            "advice": _advice, "time_breakdown": _time_breakdown}
+            "advice": _advice, "time_breakdown": _time_breakdown,
+            "seconds_long": _seconds_long}
 
 
 def main(argv=None) -> int:

@@ -63,3 +63,18 @@ def test_a_cell_that_never_reaches_the_target_has_an_infinite_ratio(tmp_path):
     cell = v["levels"]["16"]["cells"]["x=64, y=2.8"]
     assert cell["ratio"][0] == float("inf") and v["claims"]["SL1"] is False
     assert "SL2" not in v["claims"]  # the natural level has no runs yet
+
+
+def test_the_figure_and_table_are_made_from_the_saved_results(tmp_path):
+    from figures import seconds_long as fig
+    runs = []
+    for seed in (0, 1, 2):
+        for level, gen, cells in ((16, 9.0, [(1, 1), (16, 2.8)]), (0, 2.0, [(1, 1), (16, 1.4)])):
+            runs += [_run(level, c, seed, gen, [0.3, 0.5, 0.7]) for c in cells]
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "verdict.json").write_text(json.dumps(sl.judge(_write(res, runs))))
+    paths = fig.main(["--results", str(res), "--out", str(tmp_path / "out")])
+    text = (tmp_path / "out" / "seconds_long.md").read_text()
+    assert "| x=16, y=2.8 | 0.42 [0.42, 0.42] |" in text and "* SL1 (" in text
+    assert {p.suffix for p in paths} >= {".md", ".png"}

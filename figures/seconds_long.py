@@ -1,0 +1,94 @@
+"""The saving in seconds on cpu_long (issue 37 part 3; ``experiments/seconds_long.yaml``, SL1-SL4):
+accuracy against each run's own measured seconds, per mu level, beside the verdict.
+
+``python -m figures.seconds_long [--results DIR] [--out DIR]`` reads
+``results/seconds_long/curves.jsonl.gz`` and ``verdict.json`` (``python -m
+llm_experiments.study.seconds_long``) and writes ``seconds_long.md`` (per level and cell: the
+ratio of seconds to on-policy's final accuracy, AUC over seconds and over compute, measured
+mu; the claims) and ``seconds_long.png`` / ``.pdf`` (per level, each cell's mean eval accuracy
+over its seeds against the median of their seconds at each evaluation; the dashed line is
+on-policy's final accuracy, the seeds' mean target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from figures.style import PALETTE, plt, save, write_text
+from llm_experiments.study.results import load_runs
+from llm_experiments.study.seconds import seconds_at_evals
+from llm_experiments.study.seconds_long import LEVEL, TARGET_EVALS, Cell
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "seconds_long"
+WORDS = {"SL1": "at level 16 the best buffer cell reaches on-policy's final accuracy in <= 0.6x "
+                "its seconds",
+         "SL2": "the saving grows with mu", "SL3": "the best cell's replay ratio grows with mu",
+         "SL4": "the advice is within 0.02 AUC (seconds) of the rule's cell at both levels"}
+
+
+def _cell(v) -> str:
+    return "inf" if not np.isfinite(v[0]) else f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
+
+
+def table(verdict: dict) -> str:
+    """The verdict as markdown."""
+    lines = ["# The saving in seconds on cpu_long (issue 37 part 3, experiments/seconds_long.yaml)",
+             ""]
+    for level, v in verdict["levels"].items():
+        lines += [f"## sampler.max_concurrent = {level}: on-policy mu {v['mu']:.2f}, seeds "
+                  f"{v['seeds']}", "",
+                  "| cell | seconds to on-policy's final accuracy / on-policy's | AUC over "
+                  "seconds | AUC over compute | mu measured |", "|---|---|---|---|---|"]
+        for label, c in v["cells"].items():
+            lines.append(f"| {label} | {_cell(c['ratio'])} | {c['auc_seconds']:.3f} | "
+                         f"{c['auc_compute']:.3f} | {c['mu_measured']:.2f} |")
+        lines += ["", f"Best buffer cell by that ratio: {v['best_buffer']}; best cell by AUC "
+                      f"over seconds: {v['best_auc_seconds']}.", ""]
+    lines += [f"* {k} ({w}): {'holds' if verdict['claims'][k] else 'fails'}"
+              for k, w in WORDS.items() if k in verdict["claims"]]
+    return "\n".join(lines) + "\n"
+
+
+def draw(runs: list, verdict: dict):
+    """One panel per level: each cell's mean accuracy against its median seconds."""
+    levels = sorted(verdict["levels"], key=int)
+    fig, axes = plt.subplots(1, len(levels), figsize=(5.5 * len(levels), 4), squeeze=False)
+    for ax, level in zip(axes[0], levels):
+        v = verdict["levels"][level]
+        mine = [r for r in runs if int(r.settings.get(LEVEL) or 0) == int(level)
+                and int(r.settings["run.seed"]) in v["seeds"]]
+        by_cell: dict = {}
+        for r in mine:
+            by_cell.setdefault(Cell.of(r.settings).label, []).append(r)
+        for i, (label, rs) in enumerate(sorted(by_cell.items())):
+            secs = np.median([seconds_at_evals(r) for r in rs], axis=0)
+            acc = np.mean([r.eval["eval_accuracy"] for r in rs], axis=0)
+            ax.plot(secs, acc, marker="o", ms=3, color=PALETTE[i % len(PALETTE)], label=label)
+        target = np.mean([np.mean(r.eval["eval_accuracy"][-TARGET_EVALS:])
+                          for r in by_cell.get("on-policy", [])])
+        ax.axhline(target, ls="--", color="grey", lw=1)
+        ax.set(title=f"max_concurrent = {level} (mu {v['mu']:.1f})", xlabel="seconds (measured)",
+               ylabel="eval accuracy")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv=None) -> list[Path]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=str(RESULTS), help="the grid's results folder")
+    p.add_argument("--out", help="output folder (default figures/out)")
+    a = p.parse_args(argv)
+    folder = Path(a.results)
+    verdict = json.loads((folder / "verdict.json").read_text())  # raises if absent
+    runs = load_runs(str(folder / "curves.jsonl.gz"))
+    return [write_text(table(verdict), "seconds_long.md", a.out),
+            *save(draw(runs, verdict), "seconds_long", a.out)]
+
+
+if __name__ == "__main__":
+    main()
