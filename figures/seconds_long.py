@@ -36,8 +36,10 @@ def _cell(v) -> str:
 
 def table(verdict: dict) -> str:
     """The verdict as markdown."""
+    status = "verdict" if verdict["complete"] else "INTERIM, not the verdict: fewer seeds " \
+        "than registered"
     lines = ["# The saving in seconds on cpu_long (issue 37 part 3, experiments/seconds_long.yaml)",
-             ""]
+             "", f"Status: {status}.", ""]
     for level, v in verdict["levels"].items():
         lines += [f"## sampler.max_concurrent = {level}: on-policy mu {v['mu']:.2f}, seeds "
                   f"{v['seeds']}", "",

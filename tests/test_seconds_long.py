@@ -77,4 +77,5 @@ def test_the_figure_and_table_are_made_from_the_saved_results(tmp_path):
     paths = fig.main(["--results", str(res), "--out", str(tmp_path / "out")])
     text = (tmp_path / "out" / "seconds_long.md").read_text()
     assert "| x=16, y=2.8 | 0.42 [0.42, 0.42] |" in text and "* SL1 (" in text
+    assert "INTERIM" in text  # 3 of the 5 registered seeds
     assert {p.suffix for p in paths} >= {".md", ".png"}

@@ -36,6 +36,7 @@ DRAWS = 2000
 HIGH, NATURAL = 16, 0  # the registered levels
 ADVICE = (16.0, 2.0)  # the calculator's advice at T = 150, both levels
 RULE = {NATURAL: (64.0, 1.4), HIGH: (64.0, 2.8)}  # x = 64, y = sqrt(mu) on the ladder
+SEEDS = 5  # registered per level
 HEADLINE = 0.6  # SL1: the paper's "<= 0.6x the seconds"
 NEAR = 0.02  # SL4: AUC points
 
@@ -140,7 +141,9 @@ def judge(curves: str) -> dict:
         by_level.setdefault(level, {}).setdefault(Cell.of(r.settings), {})[
             int(r.settings["run.seed"])] = r
     levels = {level: v for level, runs in sorted(by_level.items()) if (v := judge_level(runs))}
-    return {"levels": {str(k): v for k, v in levels.items()}, "claims": claims(levels)}
+    complete = all(len(levels.get(k, {}).get("seeds", ())) >= SEEDS for k in (HIGH, NATURAL))
+    return {"levels": {str(k): v for k, v in levels.items()}, "claims": claims(levels),
+            "complete": complete}
 
 
 def main(argv=None) -> int:
