@@ -108,9 +108,11 @@ def pilot_spec(evidence: list[Evidence]) -> dict:
             "grid": {"run.seed": list(SEEDS)}}
 
 
+BASE_KEYS = {"trainer.lr", *(k for settings, _ in FAMILIES.values() for k in settings)}
+
+
 def _run_key(settings: dict) -> tuple:
-    base = tuple(sorted((k, v) for k, v in settings.items()
-                        if k in ("buffer.sampling", "schedule.group_size", "trainer.lr")))
+    base = tuple(sorted((k, v) for k, v in settings.items() if k in BASE_KEYS))
     if settings.get("schedule.mode") == "on_policy":
         return base, (1.0, 1.0), int(settings["run.seed"])
     return base, (float(settings["buffer.horizon"]),
