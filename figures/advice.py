@@ -14,7 +14,7 @@ on-policy by their scores in the same setting's shortest window at the same mu, 
 on the setting's longer windows. The pilot window is the first updates of the very runs it is
 scored on (same seeds), so the check is optimistic; a user's pilot would be separate runs.
 The registered pilot is that (``registered_pilot``: ``results/pilot/verdict.json``, written by
-``python -m llm_experiments.study.pilot judge``; theory.md 13.3).
+``python -m llm_experiments.study.verdicts.pilot judge``; theory.md 13.3).
 """
 
 from __future__ import annotations

@@ -142,8 +142,9 @@ def _time_breakdown(out):
 
 
 def _seconds_long(out):
-    from figures import seconds_long
-    return seconds_long.main([] if out is None else ["--out", str(out)])  # raises if absent
+    from figures.cpu_long import seconds
+    return seconds.main(["--results", str(RESULTS / "seconds_long")]
+                        + ([] if out is None else ["--out", str(out)]))  # raises if absent
 
 
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,

@@ -1,4 +1,5 @@
-"""The pilot of theory.md 13.3 (replaytheory.pilot, llm_experiments.study.pilot): its length,
+"""The pilot of theory.md 13.3 (replaytheory.pilot, llm_experiments.study.verdicts.pilot): its
+length,
 price, arms, budget and pick by hand, the committed spec is what the evidence gives, and the
 judge scores a pick on the record at its nearest cell."""
 
@@ -42,7 +43,7 @@ def test_pick_takes_the_best_score_and_an_earlier_arm_on_a_tie():
 
 
 def test_the_committed_spec_is_what_the_evidence_gives():
-    from llm_experiments.study.pilot import pilot_spec
+    from llm_experiments.study.verdicts.pilot import pilot_spec
     from pathlib import Path
     committed = yaml.safe_load(Path("experiments/pilot.yaml").read_text())
     assert committed == pilot_spec(load_evidence())
@@ -63,7 +64,7 @@ def _run(settings, steps, accs, seed):
 def test_the_judge_scores_each_seeds_pick_on_the_record(tmp_path, monkeypatch):
     """One case: on-policy climbs fastest in the pilot on seed 30 and slowest on seed 31; the
     pick and its regret follow, read at the record's nearest cell."""
-    from llm_experiments.study import pilot as study
+    from llm_experiments.study.verdicts import pilot as study
     from tests.test_advice import _grid
     record = _grid("fam", "fam", [0.60, 0.52, 0.50, 0.45], run_updates=100, mu=2.0)
     monkeypatch.setattr(study, "FAMILIES", {"fam": ({}, 1e-4)})
@@ -95,7 +96,7 @@ def test_the_judge_scores_each_seeds_pick_on_the_record(tmp_path, monkeypatch):
 
 
 def test_the_claims_compare_the_pilot_with_the_advice_alone_per_seed():
-    from llm_experiments.study.pilot import claims
+    from llm_experiments.study.verdicts.pilot import claims
     from replaytheory.advice import Case, goal_summary
     rows = [{"seed": s, "regret": 0.1 - 0.01 * s, "advice_regret": 0.2} for s in (1, 2, 3)]
     cases = [Case("a", 100, 2.0, (1, 1), r["regret"], 0.15, None) for r in rows]

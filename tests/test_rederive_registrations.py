@@ -74,7 +74,8 @@ REDERIVED = (
                          ("heldout_wide", "prediction.json"),
                          ("heldout_wide", "prediction_hold_last.json"),
                          ("heldout_init", "prediction.json"),
-                         ("heldout_init", "prediction_hold_last.json"))),
+                         ("heldout_init", "prediction_hold_last.json"),
+                         ("seconds_long", "prediction.json"))),
     # judge --calibration results/diagnosis (the registrations name no config: cpu_tiny's)
     *(Rederivation(path=path, how="predict", calibration="results/diagnosis")
       for path in ("results/cpu_sweep_v2/registration_reuse.json",

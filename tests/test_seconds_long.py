@@ -1,12 +1,13 @@
-"""The verdict of experiments/seconds_long.yaml (llm_experiments.study.seconds_long): seconds
-to on-policy's final accuracy from each run's own clocks, by hand, and SL1-SL4 read from them."""
+"""The verdict of experiments/seconds_long.yaml (llm_experiments.study.verdicts.seconds_long):
+seconds to on-policy's final accuracy from each run's own clocks, by hand, and SL1-SL4 read
+from them."""
 
 import gzip
 import json
 
 import pytest
 
-from llm_experiments.study import seconds_long as sl
+from llm_experiments.study.verdicts import seconds_long as sl
 
 
 def _run(level, cell, seed, gen_per_batch, accs, steps=100):
@@ -66,7 +67,7 @@ def test_a_cell_that_never_reaches_the_target_has_an_infinite_ratio(tmp_path):
 
 
 def test_the_figure_and_table_are_made_from_the_saved_results(tmp_path):
-    from figures import seconds_long as fig
+    from figures.cpu_long import seconds as fig
     runs = []
     for seed in (0, 1, 2):
         for level, gen, cells in ((16, 9.0, [(1, 1), (16, 2.8)]), (0, 2.0, [(1, 1), (16, 1.4)])):

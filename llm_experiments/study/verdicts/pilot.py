@@ -1,8 +1,9 @@
 """The registered pilot (theory.md section 13.3, ``replaytheory.pilot``): its runs' spec
 and its verdict on the committed evidence.
 
-``python -m llm_experiments.study.pilot spec --out experiments/pilot.yaml`` writes the sweep of
-every pilot arm, and ``python -m llm_experiments.study.pilot judge --curves
+``python -m llm_experiments.study.verdicts.pilot spec --out experiments/pilot.yaml`` writes
+the sweep of
+every pilot arm, and ``python -m llm_experiments.study.verdicts.pilot judge --curves
 results/pilot/curves.jsonl.gz --out results/pilot/verdict.json`` scores it.
 
 Cases: every evidence record of a setting family whose warm start is pinned (``FAMILIES``) with
@@ -35,7 +36,7 @@ from replaytheory.pilot import (ARM_ORDER, EVAL_EVERY, MIN_RUN_UPDATES, PilotArm
 from replaytheory.stats.analysis import mean_over_budget
 
 from replaytheory.io import write_text
-from .results import load_runs
+from ..results import load_runs
 
 WARM_START = {"model.warm_start_path": "results/heldout_init/warm_start",
               "model.warm_start_sha256":

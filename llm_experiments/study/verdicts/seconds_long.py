@@ -1,7 +1,8 @@
 """The verdict of ``experiments/seconds_long.yaml`` (SL1-SL4; issue 37 part 3): the saving in
 seconds on cpu_long at two measured mu levels.
 
-``python -m llm_experiments.study.seconds_long --curves results/seconds_long/curves.jsonl.gz
+``python -m llm_experiments.study.verdicts.seconds_long --curves
+results/seconds_long/curves.jsonl.gz
 --out results/seconds_long/verdict.json``
 
 Per level (``sampler.max_concurrent``) and seed: the target a_s is on-policy's mean eval
@@ -27,8 +28,8 @@ from replaytheory.io import write_text
 from replaytheory.stats.analysis import compute_to_target, mean_over_budget
 from replaytheory.stats.verdicts import seed_draws
 
-from .results import load_runs
-from .seconds import RunCosts, seconds_at_evals
+from ..results import load_runs
+from ..seconds import RunCosts, seconds_at_evals
 
 LEVEL = "sampler.max_concurrent"
 TARGET_EVALS = 2

@@ -1,9 +1,10 @@
 """The saving in seconds on cpu_long (issue 37 part 3; ``experiments/seconds_long.yaml``, SL1-SL4):
 accuracy against each run's own measured seconds, per mu level, beside the verdict.
 
-``python -m figures.seconds_long [--results DIR] [--out DIR]`` reads
+``python -m figures.cpu_long.seconds [--results DIR] [--out DIR]`` reads
 ``results/seconds_long/curves.jsonl.gz`` and ``verdict.json`` (``python -m
-llm_experiments.study.seconds_long``) and writes ``seconds_long.md`` (per level and cell: the
+llm_experiments.study.verdicts.seconds_long``) and writes ``seconds_long.md`` (per level
+and cell: the
 ratio of seconds to on-policy's final accuracy, AUC over seconds and over compute, measured
 mu; the claims) and ``seconds_long.png`` / ``.pdf`` (per level, each cell's mean eval accuracy
 over its seeds against the median of their seconds at each evaluation; the dashed line is
@@ -21,9 +22,9 @@ import numpy as np
 from figures.style import PALETTE, plt, save, write_text
 from llm_experiments.study.results import load_runs
 from llm_experiments.study.seconds import seconds_at_evals
-from llm_experiments.study.seconds_long import LEVEL, TARGET_EVALS, Cell
+from llm_experiments.study.verdicts.seconds_long import LEVEL, TARGET_EVALS, Cell
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "seconds_long"
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "seconds_long"
 WORDS = {"SL1": "at level 16 the best buffer cell reaches on-policy's final accuracy in <= 0.6x "
                 "its seconds",
          "SL2": "the saving grows with mu", "SL3": "the best cell's replay ratio grows with mu",

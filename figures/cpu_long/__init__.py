@@ -1,0 +1,1 @@
+"""Figures of the long-completion setting cpu_long (issue 37): the saving in seconds."""

@@ -1,0 +1,2 @@
+"""The verdicts of single registered grids that need their own reading: the pilot (theory.md
+13.3) and the saving in seconds on cpu_long (issue 37 part 3)."""
