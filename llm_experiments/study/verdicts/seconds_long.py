@@ -90,10 +90,11 @@ def judge_level(runs: dict) -> dict:
     budget_s = min(np.median([RunCosts.of(r[s]).total(r[s]) for s in seeds]) for r in runs.values())
     compute = {c: {s: r[s].compute(mu) for s in seeds} for c, r in runs.items()}
     budget_c = min(np.median([compute[c][s][-1] for s in seeds]) for c in runs)
+    on_seconds = {s: to_target(on[s], s) for s in seeds}
     cells = {}
     for c, by in runs.items():
         with np.errstate(divide="ignore", invalid="ignore"):  # on-policy at its target at once
-            ratio = np.array([to_target(by[s], s) / to_target(on[s], s) for s in seeds])
+            ratio = np.array([to_target(by[s], s) / on_seconds[s] for s in seeds])
         acc = {s: np.asarray(by[s].eval["eval_accuracy"], float) for s in seeds}
         cells[c.label] = {
             "x": c.x, "y": c.y, "adaptive": c.adaptive,
