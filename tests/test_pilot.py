@@ -1,6 +1,5 @@
 """The pilot of theory.md 13.3 (replaytheory.pilot, llm_experiments.study.verdicts.pilot): its
-length,
-price, arms, budget and pick by hand, the committed spec is what the evidence gives, and the
+length, price, arms, budget and pick by hand, the committed spec is what the evidence gives, and the
 judge scores a pick on the record at its nearest cell."""
 
 import gzip

@@ -63,7 +63,28 @@ def test_a_cell_that_never_reaches_the_target_has_an_infinite_ratio(tmp_path):
     v = sl.judge(_write(tmp_path, runs))
     cell = v["levels"]["16"]["cells"]["x=64, y=2.8"]
     assert cell["ratio"][0] == float("inf") and v["claims"]["SL1"] is False
+    assert cell["reached"] == 0 and cell["median_ratio"] == float("inf")
     assert "SL2" not in v["claims"]  # the natural level has no runs yet
+
+
+def test_seeds_that_reach_the_target_and_the_paired_auc_are_reported_beside_the_mean(tmp_path):
+    """Seed 0 of (16, 2.8) reaches on-policy's 0.6 at update 75 (ratio 0.421, as above),
+    seed 1 never: the mean is inf, one seed of two reached it, the median is inf (numpy's
+    median of 0.421 and inf). Its AUC over seconds minus on-policy's is negative on both
+    seeds, and on-policy's own difference is 0."""
+    runs = [_run(16, (1, 1), s, 9.0, [0.3, 0.5, 0.7]) for s in (0, 1)]
+    runs += [_run(16, (16, 2.8), 0, 9.0, [0.3, 0.5, 0.7]),
+             _run(16, (16, 2.8), 1, 9.0, [0.3, 0.35, 0.4])]
+    cells = sl.judge(_write(tmp_path, runs))["levels"]["16"]["cells"]
+    cell = cells["x=16, y=2.8"]
+    assert cell["ratio_per_seed"][0] == pytest.approx(0.4214, abs=1e-4)
+    assert cell["ratio_per_seed"][1] == float("inf") and cell["reached"] == 1
+    assert cell["median_ratio"] == float("inf")
+    assert cells["on-policy"]["auc_seconds_minus_on_policy"] == (0.0, 0.0, 0.0)
+    # seed 0 learns alike per update at 0.42x the seconds (higher AUC over seconds), seed 1
+    # learns far less: the two differences have opposite signs
+    d = cell["auc_seconds_minus_on_policy"]
+    assert d[1] <= d[0] <= d[2] and d[1] < 0 < d[2]
 
 
 def test_the_figure_and_table_are_made_from_the_saved_results(tmp_path):

@@ -4,9 +4,8 @@ accuracy against each run's own measured seconds, per mu level, beside the verdi
 ``python -m figures.cpu_long.seconds [--results DIR] [--out DIR]`` reads
 ``results/seconds_long/curves.jsonl.gz`` and ``verdict.json`` (``python -m
 llm_experiments.study.verdicts.seconds_long``) and writes ``seconds_long.md`` (per level
-and cell: the
-ratio of seconds to on-policy's final accuracy, AUC over seconds and over compute, measured
-mu; the claims) and ``seconds_long.png`` / ``.pdf`` (per level, each cell's mean eval accuracy
+and cell: the ratio of seconds to on-policy's final accuracy, AUC over seconds and over
+compute, measured mu; the claims) and ``seconds_long.png`` / ``.pdf`` (per level, each cell's mean eval accuracy
 over its seeds against the median of their seconds at each evaluation; the dashed line is
 on-policy's final accuracy, the seeds' mean target).
 """
@@ -31,8 +30,8 @@ WORDS = {"SL1": "at level 16 the best buffer cell reaches on-policy's final accu
          "SL4": "the advice is within 0.02 AUC (seconds) of the rule's cell at both levels"}
 
 
-def _cell(v) -> str:
-    return "inf" if not np.isfinite(v[0]) else f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
+def _cell(v, fmt: str = ".2f") -> str:
+    return "inf" if not np.isfinite(v[0]) else f"{v[0]:{fmt}} [{v[1]:{fmt}}, {v[2]:{fmt}}]"
 
 
 def table(verdict: dict) -> str:
@@ -44,13 +43,18 @@ def table(verdict: dict) -> str:
     for level, v in verdict["levels"].items():
         lines += [f"## sampler.max_concurrent = {level}: on-policy mu {v['mu']:.2f}, seeds "
                   f"{v['seeds']}", "",
-                  "| cell | seconds to on-policy's final accuracy / on-policy's | AUC over "
-                  "seconds | AUC over compute | mu measured |", "|---|---|---|---|---|"]
+                  "| cell | seconds to on-policy's final accuracy / on-policy's (mean) | "
+                  "seeds reaching it | median | per seed | AUC over seconds | minus on-policy's "
+                  "| AUC over compute | mu measured |", "|---|---|---|---|---|---|---|---|---|"]
         for label, c in v["cells"].items():
-            lines.append(f"| {label} | {_cell(c['ratio'])} | {c['auc_seconds']:.3f} | "
+            per_seed = ", ".join(f"{r:.2f}" for r in c["ratio_per_seed"])
+            lines.append(f"| {label} | {_cell(c['ratio'])} | {c['reached']} of "
+                         f"{len(v['seeds'])} | {c['median_ratio']:.2f} | {per_seed} | "
+                         f"{c['auc_seconds']:.3f} | "
+                         f"{_cell(c['auc_seconds_minus_on_policy'], '+.3f')} | "
                          f"{c['auc_compute']:.3f} | {c['mu_measured']:.2f} |")
-        lines += ["", f"Best buffer cell by that ratio: {v['best_buffer']}; best cell by AUC "
-                      f"over seconds: {v['best_auc_seconds']}.", ""]
+        lines += ["", f"Best buffer cell by that ratio (ties by the median): {v['best_buffer']}; "
+                      f"best cell by AUC over seconds: {v['best_auc_seconds']}.", ""]
     lines += [f"* {k} ({w}): {'holds' if verdict['claims'][k] else 'fails'}"
               for k, w in WORDS.items() if k in verdict["claims"]]
     return "\n".join(lines) + "\n"

@@ -2,18 +2,19 @@
 seconds on cpu_long at two measured mu levels.
 
 ``python -m llm_experiments.study.verdicts.seconds_long --curves
-results/seconds_long/curves.jsonl.gz
---out results/seconds_long/verdict.json``
+results/seconds_long/curves.jsonl.gz --out results/seconds_long/verdict.json``
 
 Per level (``sampler.max_concurrent``) and seed: the target a_s is on-policy's mean eval
 accuracy over its last ``TARGET_EVALS`` evaluations; each cell's seconds to first reach it
 (its own measured clock, ``seconds.seconds_at_evals``, interpolated between evaluations; inf
 if never) over on-policy's is its ratio. Per cell: the mean ratio over seeds with its 95%
 seed-bootstrap interval (a cell that never reaches the target on some seed has an infinite
-mean), the mean accuracy over seconds in [0, the level's budget] (the least median run seconds
+mean; reported beside it: each seed's ratio, the seeds that reach it and the median), the mean
+accuracy over seconds in [0, the level's budget] (the least median run seconds
 over its cells, as ``judge``'s auc_seconds) and over accounted compute at the level's
 measured mu (the median of its on-policy runs' ``mu_measured``) in [0, the least median
-compute], and the measured mu. The claims read only the seeds every cell of a level holds.
+compute], the paired difference of the former from on-policy's (mean and 95% seed-bootstrap
+interval), and the measured mu. The claims read only the seeds every cell of a level holds.
 """
 
 from __future__ import annotations
@@ -91,22 +92,34 @@ def judge_level(runs: dict) -> dict:
     compute = {c: {s: r[s].compute(mu) for s in seeds} for c, r in runs.items()}
     budget_c = min(np.median([compute[c][s][-1] for s in seeds]) for c in runs)
     on_seconds = {s: to_target(on[s], s) for s in seeds}
+
+    def auc_seconds(by):
+        return np.array([mean_over_budget(seconds_at_evals(by[s]), np.asarray(
+            by[s].eval["eval_accuracy"], float), budget_s) for s in seeds])
+    on_auc = auc_seconds(on)
     cells = {}
     for c, by in runs.items():
         with np.errstate(divide="ignore", invalid="ignore"):  # on-policy at its target at once
             ratio = np.array([to_target(by[s], s) / on_seconds[s] for s in seeds])
         acc = {s: np.asarray(by[s].eval["eval_accuracy"], float) for s in seeds}
+        auc = auc_seconds(by)
         cells[c.label] = {
             "x": c.x, "y": c.y, "adaptive": c.adaptive,
             "ratio": _mean_interval(ratio) if np.isfinite(ratio).all() else
             (float(np.mean(ratio)),) * 3,
-            "auc_seconds": float(np.mean([mean_over_budget(seconds_at_evals(by[s]), acc[s],
-                                                           budget_s) for s in seeds])),
+            "ratio_per_seed": [float(r) for r in ratio],
+            "reached": int(np.isfinite(ratio).sum()),
+            "median_ratio": float(np.median(ratio)),
+            "auc_seconds": float(auc.mean()),
+            "auc_seconds_minus_on_policy": _mean_interval(auc - on_auc),
             "auc_compute": float(np.mean([mean_over_budget(compute[c][s], acc[s], budget_c)
                                           for s in seeds])),
             "mu_measured": float(np.median([by[s].summary["mu_measured"] for s in seeds]))}
     buffers = {k: v for k, v in cells.items() if k != ON_POLICY.label}
-    best = min(buffers, key=lambda k: buffers[k]["ratio"][0])
+    # Ties of the registered mean (inf when no cell reaches the target on every seed) are
+    # broken by the median ratio, then the seeds reached; the claims read the mean.
+    best = min(buffers, key=lambda k: (buffers[k]["ratio"][0], buffers[k]["median_ratio"],
+                                       -buffers[k]["reached"]))
     return {"seeds": seeds, "mu": mu, "budget_seconds": float(budget_s), "cells": cells,
             "best_buffer": best, "best_auc_seconds": max(cells, key=lambda k:
                                                          cells[k]["auc_seconds"])}
