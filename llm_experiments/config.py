@@ -38,7 +38,7 @@ from .engines.ray_plan import chunk_groups, lifo_min_capacity
 from .policy.choices import DTYPE_NAMES
 from .rl.choices import LAYOUTS, LOSSES, MODES, RATIO_LOSSES
 from .rl.rates import buffer_shards, rollouts_per_step
-from .samplers import BACKENDS, CDF_DTYPES, DECODE_GRAPHS
+from .samplers import BACKENDS, CDF_DTYPES, DECODE_GRAPHS, LINEAR_KERNELS
 from .tasks.long_shape import prompt_chars, solution_chars
 from .tasks import TASKS
 
@@ -333,6 +333,11 @@ class SamplerConfig(_Section):
         static shape over a cache kept across calls, captured as CUDA graphs on a GPU (run
         eagerly on CPU; ``samplers.graphs``), "off" = the growing-slice static cache, "auto" =
         on on a GPU, off on CPU. The samples are those of "off" up to float rounding.
+    linear_kernel: HF sampler's linear layers, one of ``samplers.LINEAR_KERNELS``: "onednn",
+        "default" (torch's), or "auto" = the run's kernel (``run.fast_kernels``) when the
+        model's hidden size is at least ``kernels.ONEDNN_MIN_HIDDEN`` (128), else torch's:
+        at hidden 64 oneDNN decodes at 0.65-0.75x its speed (``benchmarks.samplers``). The
+        samples differ between kernels only by float32 rounding.
     max_concurrent: HF sampler: the most sequences decoded at once (>= 0; 0 = all of a
         call), the limit a serving engine's KV-cache memory sets on a GPU; more rows wait for
         later waves. It makes generation's share of the clock (the measured mu) a setting on
@@ -350,6 +355,7 @@ class SamplerConfig(_Section):
     compact_below: float = _real(0.0, 0.0, 1.0)
     cdf_dtype: str = _choice("auto", CDF_DTYPES)
     decode_graphs: str = _switch("auto", DECODE_GRAPHS)
+    linear_kernel: str = _choice("auto", LINEAR_KERNELS)
     max_concurrent: int = _int(0, 0)
 
     def check(self) -> None:

@@ -93,6 +93,33 @@ def use_onednn_linear(model) -> int:
     return n
 
 
+# The least hidden size at which oneDNN's linear layers decode faster than torch's default
+# kernel on this project's CPUs (one thread, idle machine, ``benchmarks.samplers``): at hidden
+# 64 (cpu_long's shape, 143 new tokens) oneDNN decodes at 0.75x and 0.65x the default kernel's
+# tokens/s (batch 64 and 8, ``benchmarks/results/samplers_long.json``), at hidden 128 at
+# 0.95-1.43x and at 256 at 1.46-1.61x (``samplers.json``). Products this small are bound by
+# the per-call cost of creating oneDNN's primitive, not by arithmetic.
+ONEDNN_MIN_HIDDEN = 128
+
+
+def set_sampler_kernel(model, choice: str) -> int:
+    """Set the linear kernel of a sampler's own model copy ``model`` in place: ``choice``
+    "onednn" (every float32 CPU linear layer through oneDNN), "default" (torch's kernel),
+    or "auto" = keep what the run gave the model (``run.fast_kernels``) when its hidden size
+    is at least ``ONEDNN_MIN_HIDDEN``, else the default kernel. Returns the number of layers
+    left on oneDNN."""
+    hidden = getattr(getattr(model, "config", None), "hidden_size", ONEDNN_MIN_HIDDEN)
+    if choice == "onednn":
+        use_onednn_linear(model)
+    elif choice == "default" or (choice == "auto" and hidden < ONEDNN_MIN_HIDDEN):
+        for m in model.modules():
+            if type(m) is OneDNNLinear:
+                m.__class__ = nn.Linear
+    elif choice != "auto":
+        raise ValueError(f"sampler kernel must be auto, onednn or default, got {choice!r}")
+    return sum(type(m) is OneDNNLinear for m in model.modules())
+
+
 class default_linear:
     """Context manager: the model's ``OneDNNLinear`` layers as plain ``nn.Linear`` (for
     ``torch.func`` transforms such as ``vmap``, which the oneDNN op has no rule for)."""

@@ -28,6 +28,9 @@ CDF_DTYPES = ("auto", "float64", "float32", "blocked")
 # Static-shape decode steps kept across calls, CUDA graphs on a GPU (``sampler.decode_graphs``,
 # ``samplers.graphs``): "auto" = on on a GPU, off elsewhere.
 DECODE_GRAPHS = ("auto", "on", "off")
+# The HF sampler's linear kernel (``sampler.linear_kernel``, ``policy.kernels.set_sampler_kernel``):
+# "auto" = the run's (``run.fast_kernels``) where oneDNN decodes faster, torch's default elsewhere.
+LINEAR_KERNELS = ("auto", "onednn", "default")
 
 
 @dataclass

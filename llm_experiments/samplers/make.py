@@ -23,13 +23,17 @@ def make_sampler(cfg, model, tokenizer) -> Sampler:
 
 def hf_sampler(cfg, model, tokenizer):
     """An ``hf.HFSampler`` for a copy of ``model`` as ``cfg`` sets it: ``model.dtype``,
-    ``run.direct_forward`` and the ``sampler`` section's decoding settings. The run's sampler
+    ``run.direct_forward`` and the ``sampler`` section's decoding settings and linear kernel
+(``sampler.linear_kernel``, ``kernels.set_sampler_kernel``). The run's sampler
     with the hf backend, and the probes' own (which needs the HF sampler's uniforms), so
     that the probes sample as the run does (issue 38 N7: theirs was float32)."""
+    from ..policy.kernels import set_sampler_kernel
     from ..policy.models import DTYPES
     from .hf import HFSampler
-    return HFSampler(model, tokenizer.eos_token_id, tokenizer.pad_token_id,
-                     direct=cfg.run.direct_forward, dtype=DTYPES[cfg.model.dtype],
-                     compact_below=cfg.sampler.compact_below, cdf=cfg.sampler.cdf_dtype,
-                     graphs=cfg.sampler.decode_graphs,
-                     max_concurrent=cfg.sampler.max_concurrent)
+    sampler = HFSampler(model, tokenizer.eos_token_id, tokenizer.pad_token_id,
+                        direct=cfg.run.direct_forward, dtype=DTYPES[cfg.model.dtype],
+                        compact_below=cfg.sampler.compact_below, cdf=cfg.sampler.cdf_dtype,
+                        graphs=cfg.sampler.decode_graphs,
+                        max_concurrent=cfg.sampler.max_concurrent)
+    set_sampler_kernel(sampler.model, cfg.sampler.linear_kernel)
+    return sampler

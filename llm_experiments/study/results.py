@@ -28,7 +28,7 @@ from replaytheory.io import atomic_write, write_text
 SEED_KEY, LR_KEY = "run.seed", "trainer.lr"
 # Settings that change how fast a run computes, not what: never part of a cell.
 SPEED_KEYS = ("run.fast_kernels", "run.direct_forward", "run.train_layout", "run.threads",
-              "run.progress")
+              "run.progress", "sampler.linear_kernel")
 EVAL_KEYS = ("eval_accuracy", "pass@1", "pass@2", "pass@4", "pass@8", "pass@16")
 TRAIN_KEYS = ("train_reward", "entropy", "staleness_mean", "replay_ratio_mean",
               "steps_since_last_use_mean", "clip_fraction", "approx_kl", "is_ess", "grad_norm")

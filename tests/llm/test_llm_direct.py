@@ -139,6 +139,38 @@ def test_onednn_linear_forward_and_gradients(policy):
 
 
 @pytest.mark.skipif(not onednn_available(), reason="no oneDNN linear kernel")
+@pytest.mark.parametrize("hidden, choice, fast_kernels, on_onednn", [
+    (64, "auto", True, False), (128, "auto", True, True), (128, "auto", False, False),
+    (128, "default", True, False), (64, "onednn", False, True)])
+def test_the_samplers_linear_kernel_follows_its_setting_and_the_hidden_size(
+        hidden, choice, fast_kernels, on_onednn):
+    """"auto" keeps the run's oneDNN layers from hidden size 128 on and takes torch's kernel
+    below it (where oneDNN decodes slower, ``kernels.ONEDNN_MIN_HIDDEN``), in the sampler's
+    own copy only: the trainer's model keeps its kernel."""
+    from llm_experiments.config import Config
+    from llm_experiments.samplers.make import hf_sampler
+    model, tok = tiny_policy(hidden, 2, 2 * hidden)
+    if fast_kernels:
+        use_onednn_linear(model)
+    cfg = Config()
+    cfg.sampler.linear_kernel = choice
+    sampler = hf_sampler(cfg, model, tok)
+    linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    on = sum(type(m).__name__ == "OneDNNLinear" for m in sampler.model.modules())
+    assert on == (linears if on_onednn else 0)
+    assert sum(type(m).__name__ == "OneDNNLinear" for m in model.modules()) == \
+        (linears if fast_kernels else 0)
+    out = sampler.generate([[3, 4, 5]] * 4, max_new_tokens=5, temperature=1.0, seed=0)
+    assert out.tokens.shape == (4, 5)
+
+
+def test_a_bad_sampler_kernel_is_a_one_line_error():
+    from llm_experiments.config import from_dict
+    with pytest.raises(ValueError, match="sampler.linear_kernel"):
+        from_dict({"sampler": {"linear_kernel": "mkl"}})
+
+
+@pytest.mark.skipif(not onednn_available(), reason="no oneDNN linear kernel")
 def test_a_switched_model_cast_to_bfloat16_takes_the_default_kernel(policy, monkeypatch):
     """CI's CPU has no bfloat16 inner product in oneDNN: the sampler's bfloat16 copy of a
     switched model must never reach the oneDNN op (it failed there before)."""
