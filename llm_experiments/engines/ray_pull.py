@@ -50,9 +50,13 @@ from .ray_engine import RayRun, connect
 from .ray_plan import chunk_groups
 from .seeds import EVAL_STREAM, derived_seed
 
-# Seconds between a trainer's looks at whether the buffer can give a batch, and between the
-# driver's looks at whether a step has reported.
+# Seconds between a trainer's looks at whether the buffer can give a batch (and a sampler's
+# at whether it may make another chunk): on the critical path, so short.
 POLL_SECONDS = 0.005
+# Seconds between the driver's looks at whether a step has reported. The driver only keeps
+# the books while the trainers run their block, so it waits longer: every look is a Ray call
+# whose CPU the sampler and trainer share on a small machine.
+DRIVER_POLL_SECONDS = 0.05
 # The buffer actor's order generator: (run.seed, ORDERS_STREAM) (seeds.py numbers 1-7).
 ORDERS_STREAM = 9
 
@@ -313,7 +317,7 @@ class RayPullRun(RayRun):
             if time.perf_counter() - t0 > STALL_SECONDS:
                 raise RuntimeError(f"Ray engine: step {t} reported nothing in "
                                    f"{STALL_SECONDS:g} s (LLM_EXPERIMENTS_RAY_STALL_SECONDS)")
-            time.sleep(POLL_SECONDS)
+            time.sleep(DRIVER_POLL_SECONDS)
 
     def evaluate(self, t: int) -> dict:
         """Held-out accuracy and pass@k of theta_t, from the version the trainers kept."""
