@@ -4,10 +4,11 @@ accuracy against each run's own measured seconds, per mu level, beside the verdi
 ``python -m figures.cpu_long.seconds [--results DIR] [--out DIR]`` reads
 ``results/seconds_long/curves.jsonl.gz`` and ``verdict.json`` (``python -m
 llm_experiments.study.verdicts.seconds_long``) and writes ``seconds_long.md`` (per level
-and cell: the ratio of seconds to on-policy's final accuracy, AUC over seconds and over
-compute, measured mu; the claims) and ``seconds_long.png`` / ``.pdf`` (per level, each cell's mean eval accuracy
-over its seeds against the median of their seconds at each evaluation; the dashed line is
-on-policy's final accuracy, the seeds' mean target).
+and cell: the ratio of seconds to on-policy's final accuracy, its mean, each seed's, the seeds
+reaching it and the median; AUC over seconds, its paired difference from on-policy's, AUC
+over compute, measured mu; the claims) and ``seconds_long.png`` / ``.pdf`` (per level, each
+cell's mean eval accuracy over its seeds against the median of their seconds at each
+evaluation; the dashed line is on-policy's final accuracy, the seeds' mean target).
 """
 
 from __future__ import annotations

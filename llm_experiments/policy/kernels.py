@@ -97,8 +97,8 @@ def use_onednn_linear(model) -> int:
 # kernel on this project's CPUs (one thread, idle machine, ``benchmarks.samplers``): at hidden
 # 64 (cpu_long's shape, 143 new tokens) oneDNN decodes at 0.75x and 0.65x the default kernel's
 # tokens/s (batch 64 and 8, ``benchmarks/results/samplers_long.json``), at hidden 128 at
-# 0.95-1.43x and at 256 at 1.46-1.61x (``samplers.json``). Products this small are bound by
-# the per-call cost of creating oneDNN's primitive, not by arithmetic.
+# 0.95-1.43x and at 256 at 1.46-1.61x (``samplers.json``). Between 64 and 128 it is
+# unmeasured.
 ONEDNN_MIN_HIDDEN = 128
 
 

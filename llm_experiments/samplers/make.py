@@ -24,8 +24,8 @@ def make_sampler(cfg, model, tokenizer) -> Sampler:
 def hf_sampler(cfg, model, tokenizer):
     """An ``hf.HFSampler`` for a copy of ``model`` as ``cfg`` sets it: ``model.dtype``,
     ``run.direct_forward`` and the ``sampler`` section's decoding settings and linear kernel
-(``sampler.linear_kernel``, ``kernels.set_sampler_kernel``). The run's sampler
-    with the hf backend, and the probes' own (which needs the HF sampler's uniforms), so
+    (``sampler.linear_kernel``, ``kernels.set_sampler_kernel``). The run's sampler with the
+    hf backend, and the probes' own (which needs the HF sampler's uniforms), so
     that the probes sample as the run does (issue 38 N7: theirs was float32)."""
     from ..policy.kernels import set_sampler_kernel
     from ..policy.models import DTYPES

@@ -2,8 +2,8 @@
 and its verdict on the committed evidence.
 
 ``python -m llm_experiments.study.verdicts.pilot spec --out experiments/pilot.yaml`` writes
-the sweep of every pilot arm, and ``python -m llm_experiments.study.verdicts.pilot judge --curves
-results/pilot/curves.jsonl.gz --out results/pilot/verdict.json`` scores it.
+the sweep of every pilot arm, and ``python -m llm_experiments.study.verdicts.pilot judge
+--curves results/pilot/curves.jsonl.gz --out results/pilot/verdict.json`` scores it.
 
 Cases: every evidence record of a setting family whose warm start is pinned (``FAMILIES``) with
 a run of T >= ``replaytheory.pilot.MIN_RUN_UPDATES`` updates. A case's arms are the advice
