@@ -215,12 +215,7 @@ def parse(argv) -> argparse.Namespace:
     p.add_argument("--out", default=str(RESULTS / "overlap.json"), help="result JSON path")
     p.add_argument("--set", dest="extra", action="append", default=[],
                    metavar="SECTION.KEY=VALUE", help="extra config override (repeatable)")
-    p.add_argument("--driver-poll", type=float, default=None, metavar="SECONDS",
-                   help="the actors' loop driver's seconds between looks at a step's reports "
-                        "(> 0; default: engines.ray_pull.DRIVER_POLL_SECONDS)")
     a = p.parse_args(argv)
-    if a.driver_poll is not None and not a.driver_poll > 0:
-        p.error("--driver-poll must be > 0 seconds")
     if any(arm.startswith("ray") for arm in a.arms) and importlib.util.find_spec("ray") is None:
         print("ray is not installed: the Ray arms are left out (pip install -e \".[ray]\")")
         a.arms = [arm for arm in a.arms if not arm.startswith("ray")]
@@ -239,9 +234,6 @@ def main(argv=None) -> int:
     """Measure each level (module docstring), print the runs and the medians, write JSON."""
     a = parse(argv)
     set_threads(a.threads)
-    if a.driver_poll is not None:  # the driver runs in this process
-        from llm_experiments.engines import ray_pull
-        ray_pull.DRIVER_POLL_SECONDS = a.driver_poll
     warm = [] if a.no_warm_start else WARM_START
     base = [*warm, "run.progress=false", f"run.threads={a.threads}",
             f"task.eval_size={EVAL_SIZE}", *a.extra]

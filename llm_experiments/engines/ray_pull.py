@@ -30,10 +30,16 @@ counted before it is written, and after the last step no order goes out and the 
 last chunks are counted, so the books agree with the buffer. Chunks in flight at a kill are
 lost on ``--resume`` (their item ids skipped), as with the driver's loop. Not with the probes
 or the LIFO queue: both need the driver to pause the samplers.
+
+Nobody polls: a trainer, a sampler or the driver that has to wait does so inside the buffer
+actor (an asyncio actor: its plain methods run one at a time on its event loop, so its state
+needs no lock), and every change that could end a wait wakes the waiters. On a small machine
+each look of a polling loop was a Ray call whose CPU the sampler and the trainer share.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from contextlib import contextmanager
 
@@ -50,13 +56,9 @@ from .ray_engine import RayRun, connect
 from .ray_plan import chunk_groups
 from .seeds import EVAL_STREAM, derived_seed
 
-# Seconds between a trainer's looks at whether the buffer can give a batch (and a sampler's
-# at whether it may make another chunk): on the critical path, so short.
-POLL_SECONDS = 0.005
-# Seconds between the driver's looks at whether a step has reported. The driver only keeps
-# the books while the trainers run their block, so it waits longer: every look is a Ray call
-# whose CPU the sampler and trainer share on a small machine.
-DRIVER_POLL_SECONDS = 0.05
+# Seconds one wait inside the buffer actor lasts before its caller asks again: the driver
+# then looks for a failed actor and a stall, so this bounds how late it sees one.
+WAIT_SECONDS = 1.0
 # The buffer actor's order generator: (run.seed, ORDERS_STREAM) (seeds.py numbers 1-7).
 ORDERS_STREAM = 9
 
@@ -93,6 +95,41 @@ class PullBuffer(BufferHolder):
         self.made: list = []  # (sampler index, ChunkReport) not yet read
         self.reports: dict = {}  # step -> {rank: StepReport}
         self.stopped = False
+        self.change = asyncio.Event()  # set (and replaced) at every change a waiter awaits
+
+    def _changed(self) -> None:
+        """Wake every waiter (``_wait``): it looks again at what it waits for."""
+        self.change.set()
+        self.change = asyncio.Event()
+
+    async def _wait(self, seconds: float) -> None:
+        """Until the next change (``_changed``) or ``seconds`` (> 0) pass."""
+        try:
+            await asyncio.wait_for(self.change.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _until(self, look, seconds: float):
+        """``look()``'s first answer other than "wait" (``look`` is called again at each
+        change), or "wait" after ``seconds`` (> 0)."""
+        end = time.monotonic() + seconds
+        while (got := look()) == "wait" and (left := end - time.monotonic()) > 0:
+            await self._wait(left)
+        return got
+
+    async def await_order(self, seconds: float):
+        """``order``'s answer, waiting up to ``seconds`` while it is "wait"."""
+        return await self._until(self.order, seconds)
+
+    async def await_ready(self, step: int, seconds: float) -> bool:
+        """``ready_for(step)``, waiting up to ``seconds`` while it is False."""
+        got = await self._until(lambda: True if self.ready_for(step) else "wait", seconds)
+        return got is True
+
+    async def await_step(self, step: int, ranks: int, seconds: float):
+        """``pop_step``'s answer, waiting up to ``seconds`` while it is None."""
+        got = await self._until(lambda: self.pop_step(step, ranks) or "wait", seconds)
+        return None if got == "wait" else got
 
     def order(self):
         """(chunk index, problems, seed, first item id, first group id) of the next chunk;
@@ -127,6 +164,7 @@ class PullBuffer(BufferHolder):
         while self.contiguous in self.beyond:
             self.beyond.discard(self.contiguous)
             self.contiguous += 1
+        self._changed()
 
     def ready_for(self, step: int) -> bool:
         """Whether trainer step ``step`` can draw: every shard can give its part and, in mode
@@ -135,7 +173,9 @@ class PullBuffer(BufferHolder):
         if self.quota is not None and self.contiguous <= step:
             return False
         ok = self.buffer.can_sample(self.batch_size)
-        self.starved = self.starved or not ok
+        if not ok and not self.starved:  # a sampler waiting for an order may make one more
+            self.starved = True
+            self._changed()
         return ok
 
     def publish(self, version: int, box: list, keep: bool) -> None:
@@ -172,6 +212,7 @@ class PullBuffer(BufferHolder):
         published, so orders may run one step further)."""
         self.reports.setdefault(step, {})[rank] = report
         self.steps_done = max(self.steps_done, step + 1)
+        self._changed()
 
     def pop_step(self, step: int, ranks: int):
         """(the ``ranks`` StepReports of ``step`` in rank order, the chunks made since the
@@ -191,6 +232,7 @@ class PullBuffer(BufferHolder):
     def stop(self) -> None:
         """Hand out no more orders (the samplers' loops end)."""
         self.stopped = True
+        self._changed()
 
     def state_dict(self) -> dict:
         """``BufferHolder.state_dict``, the orders' generator and counters, and the chunks
@@ -210,11 +252,10 @@ class PullSampler(SamplerWorker):
         """Order, newest weights, chunk, push; until the buffer hands out no more orders."""
         version = None
         while True:
-            order = ray.get(buffer.order.remote())
+            order = ray.get(buffer.await_order.remote(WAIT_SECONDS))
             if order is None:
                 return
             if order == "wait":
-                time.sleep(POLL_SECONDS)
                 continue
             newest, box = ray.get(buffer.latest.remote())
             weights = ray.get(box[0]) if newest != version else None
@@ -232,8 +273,8 @@ class PullTrainer(TrainerRank):
         every ``refresh_every`` steps and at the versions evaluated; every rank reports."""
         cfg = self.cfg
         for t in range(first, end):
-            while not ray.get(self.buffer.ready_for.remote(t)):
-                time.sleep(POLL_SECONDS)
+            while not ray.get(self.buffer.await_ready.remote(t, WAIT_SECONDS)):
+                pass
             keep = (t + 1) % cfg.eval.every == 0 or t + 1 == cfg.run.steps
             publish = self.rank == 0 and (keep or (t + 1) % cfg.schedule.refresh_every == 0)
             report, weights = self.step(t, publish, ())
@@ -308,7 +349,8 @@ class RayPullRun(RayRun):
         while True:
             # Looked at first: a block that ended has reported its last step already.
             done, _ = ray.wait(self.block + self.loops, timeout=0)
-            got = self._get(self.buffer.pop_step.remote(t, len(self.trainers)), "buffer")
+            got = self._get(self.buffer.await_step.remote(t, len(self.trainers), WAIT_SECONDS),
+                            "buffer")
             if got is not None:
                 return got
             if done:
@@ -317,7 +359,6 @@ class RayPullRun(RayRun):
             if time.perf_counter() - t0 > STALL_SECONDS:
                 raise RuntimeError(f"Ray engine: step {t} reported nothing in "
                                    f"{STALL_SECONDS:g} s (LLM_EXPERIMENTS_RAY_STALL_SECONDS)")
-            time.sleep(DRIVER_POLL_SECONDS)
 
     def evaluate(self, t: int) -> dict:
         """Held-out accuracy and pass@k of theta_t, from the version the trainers kept."""

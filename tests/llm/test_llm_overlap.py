@@ -152,13 +152,3 @@ def test_the_benchmark_runs_in_quick_mode(tmp_path, capsys):
     (row,) = result["runs"]
     assert row["efficiency"] > 0 and row["speedup"] > 0 and row["replay_ratio"] >= 1
     assert "efficiency" in capsys.readouterr().out
-
-
-def test_the_benchmarks_driver_poll_is_read_and_zero_is_refused():
-    from benchmarks import overlap
-    from llm_experiments.engines import ray_pull
-    assert overlap.parse(["--driver-poll", "0.02", "--arms", "thread"]).driver_poll == 0.02
-    with pytest.raises(SystemExit):
-        overlap.parse(["--driver-poll", "0", "--arms", "thread"])
-    # the driver's wait is longer than a trainer's: it is off the critical path
-    assert ray_pull.DRIVER_POLL_SECONDS > ray_pull.POLL_SECONDS

@@ -471,3 +471,39 @@ def test_the_actors_loop_runs_the_serial_quotas_in_mode_sync(cluster, tmp_path):
     assert summary["samples_consumed"] == 8 * 16
     assert all(r["staleness_mean"] >= 0 for r in records[:-1])
     assert sum(summary["histograms"]["replay_ratio"].values()) == summary["samples_generated"]
+
+
+def test_the_pull_buffers_waits_wake_at_a_change_and_end_at_their_timeout():
+    """The actors' loop polls nothing: a trainer waiting for step 0's batch returns as soon
+    as its chunk is inserted (well before its 30 s timeout), a sampler's order waits while
+    mode sync's quota is ahead and returns at once when a step is done, and a wait with
+    nothing to wake it ends at its timeout with "not yet"."""
+    import asyncio
+    from llm_experiments.engines.ray_pull import PullBuffer
+    cfg = small_config("schedule.engine=ray", "schedule.mode=sync", "probe.every=0",
+                       "schedule.ray_loop=actors", "run.steps=8", "schedule.overlap_ahead=1")
+    buf = PullBuffer(cfg)
+    rollouts = _rollouts(cfg.schedule.batch_size, 0)
+
+    async def scenario():
+        t0 = time.monotonic()
+        assert await buf.await_ready(0, 0.05) is False  # nothing in: the timeout ends it
+        assert await buf.await_step(0, 1, 0.05) is None
+        waiting = asyncio.ensure_future(buf.await_ready(0, 30.0))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        order = buf.order()
+        buf.add_chunk(rollouts, 0, "report", order[0])
+        assert await waiting is True
+        orders = [buf.order()]  # one chunk ahead of the steps done, then "wait"
+        later = asyncio.ensure_future(buf.await_order(30.0))
+        await asyncio.sleep(0.05)
+        assert not later.done()
+        buf.step_done(0, 0, "step 0")
+        orders.append(await later)
+        assert await buf.await_step(0, 1, 30.0) == (["step 0"], [(0, "report")])
+        return time.monotonic() - t0, orders
+
+    seconds, orders = asyncio.run(scenario())
+    assert seconds < 5
+    assert [o[0] for o in orders] == [1, 2]
