@@ -13,7 +13,10 @@ speed work (default kernel, the model's generic forward with a dynamic cache). E
 tokens (end-of-sequence does not stop a sequence), so tokens/s = batch x new tokens / seconds,
 best of ``--repeats`` timed calls after one warm-up call, contenders interleaved. Ours and
 vLLM also return the log-probability of every sampled token; ``generate`` is run without
-scores (less work than ours).
+scores (less work than ours). Each row also gives our two samplers' share of this machine's
+matmul ceiling, measured in the same run (``machine_limit.matmul_flops``: the faster of
+torch's and oneDNN's FLOP/s on a large float32 product, ``--threads`` threads): tokens/s x
+2 x parameters (``models.flops_per_token``) over the ceiling.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 
 from benchmarks.common import (DEFAULT_SIZES, SIZES, best_of, print_table, random_policy,
                                set_threads, write_result)
+from benchmarks.machine_limit import matmul_flops
 
 BATCHES, NEW_TOKENS = (64, 256), (16, 64)
 
@@ -110,7 +114,7 @@ def main(argv=None) -> dict:
     if min(args.batches) < 1 or min(args.new_tokens) < 1:
         parser.error("--batches and --new-tokens must be integers >= 1")
     set_threads(args.threads)
-    rows = []
+    rows, ceiling = [], max(matmul_flops(args.threads).values())
     for size in args.sizes:
         # Positions past max_len would still run (rotary embeddings), but keep the config true.
         model, tok = random_policy(size, max_len=max(128, 16 + max(args.new_tokens)))
@@ -139,15 +143,19 @@ def main(argv=None) -> dict:
                 row["before/hf_generate"] = row["ours_before"] / row["hf_generate"]
                 if "vllm" in row:
                     row["ours/vllm"] = row["ours"] / row["vllm"]
+                for name in ("ours", "ours_default_kernel"):
+                    row[f"{name}_share_of_ceiling"] = row[name] * 2 * n_params / ceiling
                 rows.append(row)
                 print_table([row], list(row))
         del contenders, engine
     print("\ntokens/s (new tokens), best of", args.repeats)
     columns = ["model", "batch", "new_tokens", "ours", "ours_default_kernel", "ours_before",
                "hf_generate", "vllm", "ours/hf_generate", "default_kernel/hf_generate",
-               "before/hf_generate", "ours/vllm"]
+               "before/hf_generate", "ours/vllm", "ours_share_of_ceiling",
+               "ours_default_kernel_share_of_ceiling"]
     print_table(rows, columns)
-    result = {"tokens_per_s": rows, "threads": args.threads, "repeats": args.repeats,
+    result = {"tokens_per_s": rows, "matmul_ceiling_flops": ceiling,
+              "threads": args.threads, "repeats": args.repeats,
               "batches": args.batches, "new_tokens": args.new_tokens,
               "sizes": SIZES, "vllm": any("vllm" in r for r in rows)}
     write_result(args.name, result)

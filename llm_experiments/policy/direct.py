@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
+from .decode_step import FusedStep, fusable, fused_step, mask_bias
+
 
 def supports(model) -> bool:
     """Whether ``model`` has the layout driven here (decoder layers with q/k/v/o projections,
@@ -180,6 +182,12 @@ class StaticDecoder:
         self.valid[:, w:] = True
         self.width = w
         self._prompt_mask = prompt_mask(mask)
+        # The step in fewer operators (``decode_step``) where the layout and cache allow it;
+        # on a CPU only, where it was measured (a GPU replays graphed steps, samplers.graphs).
+        layout = fusable(model)
+        whole = all(t.is_contiguous() for t in (*self.keys, *self.values))
+        self.fused = FusedStep.of(model, layout, int(self.pos.max()) + max_new + 1, device) \
+            if layout is not None and whole and torch.device(device).type == "cpu" else None
 
     def next_positions(self) -> torch.Tensor:
         """Position (n, 1) of the first new token of each row."""
@@ -201,6 +209,11 @@ class StaticDecoder:
         """Next-token logits (n, V) after new token number ``t`` (from 0), ``tok`` (n, 1) at
         positions ``pos`` (n, 1)."""
         end = self.width + t + 1
+        if self.fused is not None:
+            if self.fused.bias is None:
+                self.fused.bias = mask_bias(self.valid, self.fused.layout.kv_heads,
+                                            self.keys[0].dtype)
+            return fused_step(self.model, self.fused, tok, pos, self.keys, self.values, end)
         mask = self.valid[:, None, None, :end]
 
         def attend(i, q, k, v):
@@ -220,6 +233,8 @@ class StaticDecoder:
             for i, layer in enumerate(cache):
                 cache[i] = layer.index_select(0, rows)
         self.valid = self.valid.index_select(0, rows)
+        if self.fused is not None:
+            self.fused.bias = None  # remade for the rows kept
         return rows
 
 

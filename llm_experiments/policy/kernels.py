@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 
-def _linear(x, weight, bias=None):
+def onednn_linear(x, weight, bias=None):
+    """x W^T + b (float32, CPU) by oneDNN's inner product."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
@@ -33,7 +34,7 @@ class _OneDNNLinearFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        return _linear(x, weight, bias)
+        return onednn_linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad_y):
@@ -41,9 +42,9 @@ class _OneDNNLinearFn(torch.autograd.Function):
         gy = grad_y.reshape(-1, grad_y.shape[-1])
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
-            grad_x = _linear(gy, weight.t()).view(*grad_y.shape[:-1], weight.shape[1])
+            grad_x = onednn_linear(gy, weight.t()).view(*grad_y.shape[:-1], weight.shape[1])
         if ctx.needs_input_grad[1]:
-            grad_w = _linear(gy.t(), x.reshape(-1, x.shape[-1]).t())
+            grad_w = onednn_linear(gy.t(), x.reshape(-1, x.shape[-1]).t())
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = gy.sum(0)
         return grad_x, grad_w, grad_b
@@ -67,14 +68,14 @@ class OneDNNLinear(nn.Linear):
             return super().forward(x)
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return _OneDNNLinearFn.apply(x, self.weight, self.bias)
-        return _linear(x, self.weight, self.bias)
+        return onednn_linear(x, self.weight, self.bias)
 
 
 def onednn_available() -> bool:
     """Whether the oneDNN linear kernel runs here and agrees with ``F.linear``."""
     try:
         x, w = torch.randn(3, 5), torch.randn(4, 5)
-        return bool(torch.allclose(_linear(x, w), nn.functional.linear(x, w), atol=1e-5))
+        return bool(torch.allclose(onednn_linear(x, w), nn.functional.linear(x, w), atol=1e-5))
     except (RuntimeError, AttributeError):
         return False
 

@@ -253,6 +253,15 @@ class HFSampler:
     def _decode(self, prompts, max_new_tokens: int, temperature: float, top_p: float,
                 u_all: torch.Tensor) -> Generation:
         """One wave: every row of ``prompts`` decoded at once with its row of ``u_all``."""
+        # On a CPU in inference mode too: it skips autograd's version counters and dispatch,
+        # 11-18% more tokens/s at cpu_long's shape, where a step is ~250 small operators.
+        # Not measured on a GPU, whose steps replay CUDA graphs.
+        with torch.inference_mode(self.device.type == "cpu"):
+            return self._decode_wave(prompts, max_new_tokens, temperature, top_p, u_all)
+
+    def _decode_wave(self, prompts, max_new_tokens: int, temperature: float, top_p: float,
+                     u_all: torch.Tensor) -> Generation:
+        """``_decode``'s work, under its grad mode."""
         n, dev = len(prompts), self.device
         decoder = self._decoder(prompts, max_new_tokens, dev)
         logits = decoder.prefill()

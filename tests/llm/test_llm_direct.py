@@ -183,7 +183,7 @@ def test_a_switched_model_cast_to_bfloat16_takes_the_default_kernel(policy, monk
 
     def unsupported(*args):
         raise RuntimeError("could not create a primitive descriptor")
-    monkeypatch.setattr(kernels, "_linear", unsupported)
+    monkeypatch.setattr(kernels, "onednn_linear", unsupported)
     with torch.no_grad():
         got = low(input_ids=batch.input_ids).logits
         want = copy.deepcopy(model).to(torch.bfloat16)(input_ids=batch.input_ids).logits
@@ -239,3 +239,41 @@ def test_static_shape_decoding_equals_the_generic_forward_per_family(policy, fam
             for direct, graphs in ((True, "on"), (False, "off"))]
     np.testing.assert_array_equal(gens[0].tokens, gens[1].tokens)
     np.testing.assert_allclose(gens[0].logprobs, gens[1].logprobs, atol=2e-5)
+
+
+@pytest.mark.parametrize("family, fused", [("qwen2", True), ("llama", True), ("qwen3", False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_decode_step_samples_what_the_layer_by_layer_step_does(
+        policy, family, fused, dtype, monkeypatch):
+    """``decode_step.fused_step`` (stacked q/k/v and gate/up products, a rotary table,
+    attention with an additive mask over the cache seen as rows x kv heads) gives the
+    tokens and log-probs of ``StaticDecoder``'s layer-by-layer step, through compaction
+    (rows dropped, the mask bias remade) and per family; Qwen3's per-head q/k norms are
+    not its layout, so there the decoder keeps its own step."""
+    from llm_experiments.policy import direct, decode_step
+    _, tok = policy
+    model = _family(family, len(tok)).to(dtype)
+    assert (decode_step.fusable(model) is not None) == fused
+    prompts = [tok.encode(t, add_special_tokens=False)
+               for t in ["12+34=", "1+2=", "12+34=", "99+9=", "7+7=", "1+2="]]
+    own_init = direct.StaticDecoder.__init__
+    steps = []
+
+    def init(self, *args, off=False, **kwargs):
+        own_init(self, *args, **kwargs)
+        steps.append(self.fused is not None)
+        if off:
+            self.fused = None
+
+    def sample(off: bool):
+        monkeypatch.setattr(direct.StaticDecoder, "__init__",
+                            lambda self, *a, **k: init(self, *a, off=off, **k))
+        sampler = HFSampler(model, eos_id=tok.encode("5", add_special_tokens=False)[0],
+                            pad_id=tok.pad_token_id, compact_below=1.0, graphs="off")
+        return sampler.generate(prompts, max_new_tokens=12, temperature=1.0, seed=3)
+    got, want = sample(off=False), sample(off=True)
+    assert steps == [fused, fused]
+    assert (got.lengths < 12).any() and (got.lengths == 12).any()  # some rows were dropped
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_allclose(got.logprobs, want.logprobs,
+                               atol=1e-6 if dtype == torch.float32 else 2e-2)
