@@ -31,6 +31,7 @@ from replaytheory.advice import (RULE_HORIZON, Evidence, advise, case_at, goal_s
                                  load_evidence, score_cases)
 
 PILOT_VERDICT = Path(__file__).resolve().parents[1] / "results" / "pilot" / "verdict.json"
+CEILING = Path(__file__).resolve().parents[1] / "results" / "advice_ceiling" / "ceiling.json"
 
 def pilot_cases(evidence: list[Evidence]) -> dict:
     """{"advice": cases, "pilot": cases} on every record with a shorter window of its family
@@ -118,6 +119,36 @@ def registered_pilot(verdict: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ceiling_section(doc: dict) -> str:
+    """The replicate-split ceiling of G3 (``llm_experiments.study.verdicts.g3_ceiling``;
+    theory.md 13.4) as markdown; empty without its report."""
+    if not doc:
+        return ""
+    n = doc["sanity"]["cases"]
+    lines = ["", "## The ceiling of G3 at the committed seeds (theory.md 13.4)", "",
+             f"Each grid's seeds split at random into halves A and B ({doc['splits']} splits); "
+             "an arm chooses on A and G3 is judged on B. Not registered: an analysis of the "
+             "committed runs.", "",
+             f"| arm | cases failing G3 of {n}: mean [5th, 95th] | mean regret on B "
+             "| share of splits where all pass |", "|---|---|---|---|"]
+    lines += [f"| {a['arm']} | {a['fails_mean']:.1f} [{a['fails_p05']:.0f}, "
+              f"{a['fails_p95']:.0f}] | {a['mean_regret_b']:.3f} | {a['p_all_pass']:.3f} |"
+              for a in doc["arms"]]
+    g = doc["rule_against_on_policy"]
+    lines += ["", f"The rule's cell minus on-policy, paired by seed on every seed: the "
+              f"{g['level']:.0%} interval covers 0 in {g['covers_zero']} of {g['cases']} "
+              f"cases (rule better in {g['rule_better']}, on-policy in "
+              f"{g['on_policy_better']}).", ""]
+    a = doc["advice_left_out"]
+    lines += [f"The advice with its family left out, judged on point estimates (G3) and beyond "
+              f"the paired {a['level']:.0%} interval: worse than the rule in "
+              f"{a['worse_than_rule']} of {a['cases']} ({a['worse_than_rule_beyond_interval']}"
+              f" beyond it), worse than a better on-policy in "
+              f"{a['worse_than_on_policy_there']} of {a['on_policy_beats_rule']} "
+              f"({a['worse_than_on_policy_there_beyond_interval']} beyond it).", ""]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> list[Path]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="output folder (default figures/out)")
@@ -131,7 +162,9 @@ def main(argv=None) -> list[Path]:
                              for k, v in pilot_cases(evidence).items()}
     path = PILOT_VERDICT
     scores["registered_pilot"] = json.loads(path.read_text()) if path.exists() else {}
-    text = table(scores) + registered_pilot(scores["registered_pilot"])
+    ceiling = json.loads(CEILING.read_text()) if CEILING.exists() else {}
+    text = table(scores) + registered_pilot(scores["registered_pilot"]) + \
+        ceiling_section(ceiling)
     return [write_text(text, "advice.md", a.out),
             write_text(json.dumps(scores, indent=1), "advice.json", a.out)]
 
