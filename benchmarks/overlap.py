@@ -98,7 +98,7 @@ def window(records: list[dict]) -> dict:
     """Steps, seconds, rollouts made and drawn, and per-side busy seconds between the records
     of step ``SKIP`` and of the last step (the final evaluation's record is left out), and
     the run's whole time breakdown (``engines/timing.py``, from the final record: for the
-    bars per schedule; None on the Ray engine, whose records keep busy seconds per actor)."""
+    bars per schedule; on the Ray engine each side the mean over its actors)."""
     rows = sorted(records, key=lambda r: r["step"])
     whole = rows[-1].get("time_breakdown")
     rows = rows[:-1]  # the last: the final evaluation
@@ -112,8 +112,8 @@ def window(records: list[dict]) -> dict:
 
 
 def _busy(record: dict, side: str, parts: tuple) -> float:
-    """A side's busy seconds so far in ``record``: its ``time_breakdown`` parts, or on the
-    Ray engine the samplers' busy seconds and the update seconds."""
+    """A side's busy seconds so far in ``record``: its ``time_breakdown`` parts, or, in a
+    record without one, the samplers' busy seconds and the update seconds."""
     if record.get("time_breakdown") is not None:
         return sum(record["time_breakdown"][side][k] for k in parts)
     if side == "trainer":

@@ -25,7 +25,8 @@ SIDES = ("sampler", "trainer")
 
 def load(path: Path = BENCHMARK) -> dict:
     """{level: [(schedule label, breakdown)]}: per level the serial run and each arm's
-    overlapped run of the first round (the Ray arms write none and are left out)."""
+    overlapped run of the first round (a Ray arm's: each side the mean over its actors;
+    results from before the Ray engine wrote a breakdown have none, and leave it out)."""
     runs = json.loads(Path(path).read_text())["runs"]
     out: dict = {}
     for r in runs:

@@ -76,6 +76,7 @@ from ..samplers.make import make_sampler
 from ..rl.schedule import ComputeClock
 from .seeds import EVAL_STREAM, derived_seed
 from .loop import RunBooks, StepResult, run_loop
+from .timing import actors_breakdown
 from .ray_actors import STALL_SECONDS, BufferHolder, SamplerWorker, TrainerRank, _policy, cpu_state
 from .ray_plan import RESOLUTION, chunk_groups, packed_shares
 
@@ -459,15 +460,18 @@ class RayRun:
 
     def counters(self) -> dict:
         """``RunBooks.counters`` and the actors': seconds per phase, busy and idle seconds
-        per actor (idle: up, less busy, less the probes' seconds)."""
+        per actor (idle: up, less busy, less the probes' seconds), and the time breakdown
+        per side (``timing.actors_breakdown``)."""
         a, up = self.actor_books, self.actors_up()
         pause, probe = a.probe_pause_seconds, self.probe_seconds()
-        return {**self.books.counters(probe),
-                "injected_gen_delay_seconds": a.injected_gen_delay_seconds,
-                **a.phases,
-                "busy_seconds": dict(a.busy),
-                "idle_seconds": {k: max(0.0, up - v - (probe if k == "trainer0" else pause))
-                                 for k, v in a.busy.items()}}
+        c = {**self.books.counters(probe),
+             "injected_gen_delay_seconds": a.injected_gen_delay_seconds,
+             **a.phases,
+             "busy_seconds": dict(a.busy),
+             "idle_seconds": {k: max(0.0, up - v - (probe if k == "trainer0" else pause))
+                              for k, v in a.busy.items()}}
+        c["time_breakdown"] = actors_breakdown(c)
+        return c
 
     def probe_seconds(self) -> float:
         """Seconds of the gradient probes (>= 0): the pauses while trainer rank 0 probes and
@@ -557,5 +561,5 @@ class RayRun:
                       "injected_gen_delay": sc.injected_gen_delay,
                       "injected_gen_sigma": sc.injected_gen_sigma},
             also=("busy_seconds", "idle_seconds", "injected_gen_delay_seconds",
-                  *self.actor_books.phases),
+                  "time_breakdown", *self.actor_books.phases),
             fields={"warm_start_sha256": self.warm_start_sha256})

@@ -1,8 +1,9 @@
 """Where a run's wall time went, per side (sampler, trainer), for every schedule (issue 37).
 
 One record shape for the serial engine (``experiment.Experiment``: one thread, the sides take
-turns) and the overlapped one (``overlap.OverlapRun``: a sampler thread beside the trainer),
-so that figures can put the schedules side by side from saved results. All values are seconds
+turns), the overlapped one (``overlap.OverlapRun``: a sampler thread beside the trainer) and
+the Ray engine (``ray_engine.RayRun`` and its actors' loop: each side the mean over its
+actors), so that figures can put the schedules side by side from saved results. All values are seconds
 (>= 0 except ``other``, a remainder), over every session of a resumed run.
 
 Per side, the keys ``SIDE_KEYS``, which sum to the run's wall time exactly:
@@ -15,7 +16,12 @@ Per side, the keys ``SIDE_KEYS``, which sum to the run's wall time exactly:
   Overlapped: measured blocking (the trainer waiting for a chunk, the sampler waiting for
   an order, i.e. for room in the bounded handoff);
 * other: the rest (inserting and drawing from the buffer, logging, weight publishing; in the
-  serial engine also anything neither side's timers cover).
+  serial engine also anything neither side's timers cover; on Ray also the start-up before
+  the actors are up, and a trainer's step call beyond its update).
+
+On Ray the driver evaluates and checkpoints, not the trainer, so a trainer's eval and
+checkpoint are 0 (it waits meanwhile: idle), and a sampler's grade is its chunk call beyond
+decoding (grading, prompt encoding and loading new weights, not timed apart).
 """
 
 from __future__ import annotations
@@ -66,3 +72,25 @@ def overlap_breakdown(c: dict, sampler_seconds: dict, trainer_wait: float) -> di
     return {"schedule": "overlap", "wall_seconds": wall,
             "sampler": _side(wall, sampler, sampler_seconds["idle"]),
             "trainer": _side(wall, trainer, trainer_wait)}
+
+
+def _actor_mean(seconds: dict, side: str) -> float:
+    """Mean over the actors of ``side`` ("sampler" or "trainer") of per-actor ``seconds``
+    (0 before any is counted)."""
+    vals = [v for k, v in seconds.items() if k.startswith(side)]
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def actors_breakdown(c: dict) -> dict:
+    """The breakdown of a Ray run from its counters ``c`` (``RayRun.counters``: the run's,
+    and per actor busy and idle seconds): each side the mean over its actors (module
+    docstring); the trainer's update and probes are rank 0's."""
+    wall = c["wall_time"]
+    busy, idle = c["busy_seconds"], c["idle_seconds"]
+    samplers = sum(k.startswith("sampler") for k in busy) or 1
+    gen = c["gen_seconds"] / samplers
+    sampler = {"generate": gen, "grade": max(0.0, _actor_mean(busy, "sampler") - gen)}
+    trainer = {"update": c["train_seconds"], "probe": c.get("probe_seconds", 0.0)}
+    return {"schedule": "ray", "wall_seconds": wall,
+            "sampler": _side(wall, sampler, _actor_mean(idle, "sampler")),
+            "trainer": _side(wall, trainer, _actor_mean(idle, "trainer"))}

@@ -458,7 +458,7 @@ def test_the_actors_loop_refuses_what_needs_the_driver():
 def test_the_actors_loop_runs_the_serial_quotas_in_mode_sync(cluster, tmp_path):
     """Mode sync on Ray (ray_loop=actors): the serial schedule's rollouts per step exactly
     (B / y = 8 a step at y = 2, none made past the last step's chunk), every step waiting
-    for its chunk, and the consumption lag logged."""
+    for its chunk, the consumption lag logged, and the time breakdown per side."""
     from llm_experiments.engines.experiment import run_experiment
     from llm_experiments.engines.metrics import read_jsonl
     cfg = small_config("schedule.engine=ray", "schedule.mode=sync", "probe.every=0",
@@ -471,6 +471,12 @@ def test_the_actors_loop_runs_the_serial_quotas_in_mode_sync(cluster, tmp_path):
     assert summary["samples_consumed"] == 8 * 16
     assert all(r["staleness_mean"] >= 0 for r in records[:-1])
     assert sum(summary["histograms"]["replay_ratio"].values()) == summary["samples_generated"]
+    tb = summary["time_breakdown"]  # per side, each the mean over its actors
+    assert tb["schedule"] == "ray" and tb["wall_seconds"] == pytest.approx(summary["wall_time"])
+    for side in ("sampler", "trainer"):
+        assert sum(tb[side].values()) == pytest.approx(tb["wall_seconds"])
+        assert all(v >= 0 for k, v in tb[side].items() if k != "other"), tb[side]
+    assert tb["sampler"]["generate"] > 0 and tb["trainer"]["update"] > 0
 
 
 def test_the_pull_buffers_waits_wake_at_a_change_and_end_at_their_timeout():
