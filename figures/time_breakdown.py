@@ -76,8 +76,11 @@ def draw(data: dict):
         ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize=6)
         ax.invert_yaxis()
         ax.set(xlabel="seconds", title=f"max_concurrent = {level or 'all'}")
-    axes[0][0].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
+    handles, names = axes[0][0].get_legend_handles_labels()
+    # below the panels: inside, it would cover the bars of the longest (Ray) runs
+    fig.legend(handles, names, fontsize=6, ncol=len(PARTS), loc="lower center",
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
 
 
