@@ -19,14 +19,13 @@ The registered pilot is that (``registered_pilot``: ``results/pilot/verdict.json
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from figures.style import write_text
+from figures.style import figure_parser, write_text
 from replaytheory.advice import (RULE_HORIZON, Evidence, advise, case_at, goal_summary,
                                  load_evidence, score_cases)
 
@@ -150,8 +149,7 @@ def ceiling_section(doc: dict) -> str:
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", help="output folder (default figures/out)")
+    p = figure_parser(__doc__)
     a = p.parse_args(argv)
     evidence = load_evidence()
     cases = {"in_sample": score_cases(evidence), "left_out": score_cases(evidence,

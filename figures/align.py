@@ -11,14 +11,13 @@ against the gap, one line per birth).
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
 from figures import windows
-from figures.style import PALETTE, plt, save, write_text
+from figures.style import PALETTE, figure_parser, plt, save, write_text
 from llm_experiments.study.validation import load_probes
 from replaytheory.fit.align_fit import AlignFit, fit_align
 from replaytheory.fit.probes import ProbeSet
@@ -98,13 +97,12 @@ def draw(fit: AlignFit):
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = figure_parser(__doc__)
     p.add_argument("--runs", default=str(RUNS), help="folder of the align runs")
     p.add_argument("--devcheck", default=str(DEVCHECK),
                    help="folder of the judged development-check windows (skipped if absent)")
     p.add_argument("--windows", default=str(windows.WINDOWS),
                    help="folder of the windows' registered verdicts")
-    p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
     probes = load(Path(a.runs))
     fit = fit_align(probes, n_boot=1000)

@@ -13,14 +13,13 @@ given.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
 from figures import align
-from figures.style import PALETTE, plt, save, write_text
+from figures.style import PALETTE, figure_parser, plt, save, write_text
 from replaytheory.fit.align_fit import align_change, fit_align, fit_align_moments
 from replaytheory.fit.probes import ALIGN_PANEL, ALIGN_VARIANTS, ProbeSet
 
@@ -145,13 +144,12 @@ def draw(f: dict):
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = figure_parser(__doc__)
     p.add_argument("--runs", default=str(RUNS), help="folder of the align-variant runs")
     p.add_argument("--match", default="*", help="glob of the run folders to read")
     p.add_argument("--births", type=int, nargs="+",
                    help="pool only the panels born at these steps (default: all)")
     p.add_argument("--name", default="align_variants", help="stem of the output files")
-    p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
     probes = align.load(Path(a.runs), a.match)
     f, stats = fits(probes, a.births), chunk_stats(probes, a.births)

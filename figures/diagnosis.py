@@ -12,7 +12,6 @@ Usage: ``python -m figures.diagnosis [JSON] [--out OUT]`` (default OUT: figures/
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -124,9 +123,8 @@ def draw(path=DEFAULT, out_dir=None, min_n: int = 30) -> list[Path]:
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = style.figure_parser(__doc__)
     p.add_argument("json", nargs="?", default=str(DEFAULT), help="diagnosis JSON")
-    p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
     return draw(a.json, a.out)
 

@@ -8,14 +8,13 @@ whether each registered claim holds) and ``growth.png`` / ``.pdf`` (median AUC a
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from figures.style import PALETTE, plt, save, write_text
+from figures.style import PALETTE, figure_parser, plt, save, write_text
 from llm_experiments.study.results import Run, load_runs
 from replaytheory.stats.analysis import mean_over_budget
 
@@ -132,8 +131,7 @@ def draw(rows: list[dict]):
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", help="output folder (default figures/out)")
+    p = figure_parser(__doc__)
     p.add_argument("--results", default=str(RESULTS), help="the results folder")
     a = p.parse_args(argv)
     folder = Path(a.results)

@@ -23,7 +23,6 @@ whose saved results are missing is reported and skipped so the others still buil
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -156,8 +155,8 @@ FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", help="output folder (default figures/out)")
+    from figures.style import figure_parser
+    p = figure_parser(__doc__)
     p.add_argument("--only", choices=sorted(FAMILIES), action="append",
                    help="build only these families (repeatable)")
     args = p.parse_args(argv)

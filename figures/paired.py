@@ -22,7 +22,6 @@ Run: ``python -m figures.paired [--results DIR] [--out DIR]``.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import ON_POLICY_COLOR, PALETTE, plt, save
+from figures.style import ON_POLICY_COLOR, PALETTE, figure_parser, plt, save
 from llm_experiments.study.cells import (TARGET, cell_scores, compute_score, kind, measured_mu,
                                          tail_score)
 from llm_experiments.study.results import load_runs
@@ -330,9 +329,8 @@ def main(out_dir=None, results_dir=RESULTS) -> list:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = figure_parser(__doc__)
     p.add_argument("--results", default=str(RESULTS), help="compact results folder")
-    p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args()
     for path in main(a.out, a.results):
         print(path)

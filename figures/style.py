@@ -1,7 +1,9 @@
-"""One look for every figure, and the one way figures are saved (PNG + PDF, atomically)."""
+"""One look for every figure, the one way figures are saved (PNG + PDF, atomically), and the
+command line every figure script shares (``figure_parser``)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -24,6 +26,14 @@ RC = {"figure.dpi": 110, "savefig.dpi": 150, "font.size": 9, "axes.titlesize": 9
       "axes.labelsize": 9, "legend.fontsize": 7, "xtick.labelsize": 8, "ytick.labelsize": 8,
       "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
       "axes.spines.right": False, "axes.prop_cycle": matplotlib.cycler(color=PALETTE[1:])}
+
+
+def figure_parser(doc: str) -> argparse.ArgumentParser:
+    """A figure script's argument parser: described by the first line of its module
+    docstring ``doc``, with ``--out`` (the output folder; default ``OUT_DIR``)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--out", help="output folder (default figures/out)")
+    return p
 
 
 def apply() -> None:

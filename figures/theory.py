@@ -12,12 +12,11 @@ Run: ``python -m figures.theory [--out DIR]``.
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
 
-from figures.style import SHADE, plt, save
+from figures.style import SHADE, figure_parser, plt, save
 from replaytheory import design_grid, k_function, power_law_optimum
 
 CASES = [(0.1, 0.1), (1.0, 0.1), (0.1, 0.2), (1.0, 0.2)]
@@ -89,7 +88,6 @@ def main(out_dir=None) -> list:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", help="output folder (default figures/out)")
+    p = figure_parser(__doc__)
     for path in main(p.parse_args().out):
         print(path)

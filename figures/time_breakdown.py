@@ -11,12 +11,11 @@ schedule, sampler above trainer). Each side's parts sum to the run's wall time
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 
-from figures.style import PALETTE, plt, save, write_text
+from figures.style import PALETTE, figure_parser, plt, save, write_text
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "overlap.json"
 PARTS = ("generate", "grade", "update", "eval", "probe", "checkpoint", "idle", "other")
@@ -85,9 +84,8 @@ def draw(data: dict):
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = figure_parser(__doc__)
     p.add_argument("--results", default=str(BENCHMARK), help="the benchmark's result JSON")
-    p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
     data = load(Path(a.results))  # FileNotFoundError when the benchmark has not been run
     if not data:

@@ -10,13 +10,12 @@ the paired differences with 95% seed-bootstrap intervals, the registered claims)
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
-from figures.style import PALETTE, plt, save, write_text
+from figures.style import PALETTE, figure_parser, plt, save, write_text
 from llm_experiments.study.results import Run, load_runs
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -109,9 +108,8 @@ def draw(v: dict):
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = figure_parser(__doc__)
     p.add_argument("--results", default=str(RESULTS), help="the results folder")
-    p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
     v = judge(load(Path(a.results)))
     record = {"rows": {str(x): r for x, r in v["rows"].items()}, "claims": v["claims"],

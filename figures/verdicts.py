@@ -32,7 +32,6 @@ registration's ``validation_<x>.json``); ``<name>`` is the folder's name plus ``
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import PALETTE, plt, save, write_text
+from figures.style import PALETTE, figure_parser, plt, save, write_text
 
 PRIMARY = "auc"
 # The verdicts the tables and the figure show: the primary measure over compute units and,
@@ -406,10 +405,9 @@ def main_one(results, out=None, name: str | None = None) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = figure_parser(__doc__)
     p.add_argument("results", nargs="+", help="folders holding a judged validation.json, or "
                    "validation*.json files")
-    p.add_argument("--out", help="output folder (default figures/out)")
     p.add_argument("--name", help="name of the outputs (one results folder only; default: "
                    "the folder's name)")
     p.add_argument("--closing", action="store_true", help="write only verdicts_closing.md, "

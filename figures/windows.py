@@ -8,7 +8,6 @@ and ``windows.png`` / ``.pdf``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.style import PALETTE, plt, save, write_text
+from figures.style import PALETTE, figure_parser, plt, save, write_text
 from figures.verdicts import neighbours_text
 
 WINDOWS = Path(__file__).resolve().parents[1] / "results" / "windows"
@@ -137,8 +136,7 @@ def draw(cases: list[WindowCase]):
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", help="output folder (default figures/out)")
+    p = figure_parser(__doc__)
     p.add_argument("--windows", default=str(WINDOWS), help="folder of the judged windows")
     a = p.parse_args(argv)
     cases = load_cases(Path(a.windows))

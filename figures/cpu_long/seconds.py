@@ -13,13 +13,12 @@ evaluation; the dashed line is on-policy's final accuracy, the seeds' mean targe
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
-from figures.style import PALETTE, plt, save, write_text
+from figures.style import PALETTE, figure_parser, plt, save, write_text
 from llm_experiments.study.results import load_runs
 from llm_experiments.study.seconds import seconds_at_evals
 from llm_experiments.study.verdicts.seconds_long import LEVEL, TARGET_EVALS, Cell
@@ -87,9 +86,8 @@ def draw(runs: list, verdict: dict):
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = figure_parser(__doc__)
     p.add_argument("--results", default=str(RESULTS), help="the grid's results folder")
-    p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
     folder = Path(a.results)
     verdict = json.loads((folder / "verdict.json").read_text())  # raises if absent

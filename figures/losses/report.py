@@ -18,7 +18,6 @@ diagnostics of section 12.2 against the mean staleness of the rollouts trained o
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from figures.losses.verdicts import (ADAPTIVE, ADAPTIVE2, LOSSES, LR_ARM, SETTIN
                                      claims_setting1, claims_setting2, load, lr_rows, rows_of)
 from figures.losses.transfer import judge_scaled, judge_transfer, scaled_table, transfer_table
 from figures.losses.uncertain import judge_uncertain, uncertain_table
-from figures.style import ON_POLICY_COLOR, PALETTE, plt, save, write_text
+from figures.style import ON_POLICY_COLOR, PALETTE, figure_parser, plt, save, write_text
 from figures.unclipped import RESULTS, auc
 
 DIAGNOSTICS = (("acted_neg", "share of negatives acted on"),
@@ -200,9 +199,8 @@ def _record(v: dict) -> dict:
 
 
 def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = figure_parser(__doc__)
     p.add_argument("--results", default=str(RESULTS), help="the results folder")
-    p.add_argument("--out", help="output folder (default figures/out)")
     a = p.parse_args(argv)
     folder = Path(a.results)
     first = folder / SETTING1[0] / "curves.jsonl.gz"
