@@ -80,10 +80,12 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
 
 
 def machine() -> dict:
-    """Where and with what a result was measured (load average: was the machine busy?)."""
+    """Where and with what a result was measured (load average: was the machine busy?; the
+    CPU's vector capability: which linear kernel is faster depends on it, kernels.py)."""
     import torch
     import transformers
     return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "load_average_1min": os.getloadavg()[0], "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__,
             "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -178,9 +178,10 @@ class RunConfig(_Section):
     cache_dir: where warm starts are cached; "" = ``$LLM_EXPERIMENTS_CACHE``, else
         ``$XDG_CACHE_HOME/llm_experiments``, else ``~/.cache/llm_experiments`` (per user, not
         per working folder; ``models.cache_dir``).
-    fast_kernels: float32 CPU linear layers (training and sampling) through oneDNN, about 2x
-        faster than torch's default kernel on AMD CPUs (``kernels.py``), and the fused
-        Adam/AdamW step; same math, float32 rounding differs. false: the default kernels.
+    fast_kernels: float32 CPU linear layers (training and sampling) through oneDNN on a CPU
+        with AVX-512, where it measured about 2x faster than torch's default kernel, and
+        torch's kernel elsewhere (``kernels.use_fast_linear``); and the fused Adam/AdamW
+        step. Same math, float32 rounding differs. false: the default kernels.
     direct_forward: drive Llama/Qwen-style models layer by layer (``direct.py``): sampling
         with a static KV cache and each distinct prompt prefilled once, training with each
         distinct prompt of a batch computed once; same math, float32 rounding differs.

@@ -181,7 +181,7 @@ def serve(maker: ChunkMaker, weights, orders, results, alive=lambda: True) -> No
 
 def _process_main(cfg, weights: SharedWeights, orders, results) -> None:
     """A sampler process: build the policy as the run does, then ``serve``."""
-    from ..policy.kernels import use_onednn_linear
+    from ..policy.kernels import use_fast_linear
     from ..policy.models import load_policy
     from ..tasks.make import make_task
     try:
@@ -189,7 +189,7 @@ def _process_main(cfg, weights: SharedWeights, orders, results) -> None:
         task = make_task(cfg.task)
         model, tokenizer = load_policy(cfg, task)
         if cfg.run.fast_kernels:
-            use_onednn_linear(model)
+            use_fast_linear(model)
         maker = ChunkMaker(cfg, task, model, tokenizer)
     except Exception as exc:
         results.put(SamplerFailure(f"start-up: {type(exc).__name__}: {exc}".splitlines()[0]))

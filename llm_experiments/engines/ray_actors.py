@@ -19,7 +19,7 @@ import torch
 
 from ..config import Config
 from ..policy.direct import supports
-from ..policy.kernels import use_onednn_linear
+from ..policy.kernels import use_fast_linear
 from ..policy.models import encode_prompt, load_policy, param_count
 from ..probing.probes import Prober, RunCounts
 from ..rl.buffer import HeldRollouts, RolloutBuffer
@@ -41,7 +41,7 @@ def _policy(cfg: Config):
     task = make_task(cfg.task)
     model, tokenizer = load_policy(cfg, task)
     if cfg.run.fast_kernels:
-        use_onednn_linear(model)
+        use_fast_linear(model)
     return task, model, tokenizer, cfg.run.direct_forward and supports(model)
 
 

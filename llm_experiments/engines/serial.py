@@ -31,7 +31,7 @@ from ..rl.buffer import HeldRollouts, Rollout, RolloutBuffer
 from ..config import Config
 from ..policy.direct import supports
 from .loop import PHASES, RunBooks, StepResult, fill_and_draw, run_loop
-from ..policy.kernels import use_onednn_linear
+from ..policy.kernels import use_fast_linear
 from .metrics import evaluate
 from ..policy.models import encode_prompt, load_policy, param_count, weights_sha256
 from ..probing.probes import Prober, RunCounts
@@ -57,7 +57,7 @@ class Experiment(PolicyTrainer):
         # The initial policy's identity: a grid's runs must share it (sweep.py, judge.py).
         self.warm_start_sha256 = weights_sha256(self.model)
         if cfg.run.fast_kernels:
-            use_onednn_linear(self.model)
+            use_fast_linear(self.model)
         self.direct = cfg.run.direct_forward and supports(self.model)
         self.sampler = make_sampler(cfg, self.model, self.tokenizer)
         sc = cfg.schedule

@@ -1,11 +1,15 @@
-"""Float32 linear layers through oneDNN on CPU: the same products, about twice as fast here.
+"""Float32 linear layers through oneDNN on CPU: the same products, about twice as fast on a
+CPU with AVX-512.
 
 torch's default float32 GEMM on CPU is MKL's ``sgemm``, which runs its AVX2 code path on AMD
 processors (~90 GFLOP/s a core measured on this project's AMD EPYC machines), while oneDNN
 uses AVX-512 on the same core (~190 GFLOP/s; ``benchmarks/machine_limit.py``). Linear layers
 are most of the time of a training step and of a generation step, so ``use_onednn_linear``
 routes every ``nn.Linear`` of a model through ``torch.ops.mkldnn._linear_pointwise``, forward
-and backward (grad_x = grad_y W, grad_W = grad_y^T x, both as oneDNN products).
+and backward (grad_x = grad_y W, grad_W = grad_y^T x, both as oneDNN products). On a CPU
+without AVX-512 the two kernels measured alike on a large product (75 and 72 GFLOP/s) and
+oneDNN slower on the project's models, so ``use_fast_linear`` (what ``run.fast_kernels``
+calls) switches only where it pays (``onednn_pays``).
 
 Numerics: every output is the same float32 dot product; only the blocking of the sum differs,
 so results differ from the default kernel by float32 rounding (~1e-7 relative; identical for
@@ -78,6 +82,28 @@ def onednn_available() -> bool:
         return bool(torch.allclose(onednn_linear(x, w), nn.functional.linear(x, w), atol=1e-5))
     except (RuntimeError, AttributeError):
         return False
+
+
+# CPU capabilities (``torch.backends.cpu.get_cpu_capability()``) on which oneDNN's float32
+# products were measured faster than torch's default kernel. With AVX-512 a model's forward
+# and backward ran 1.5x (cpu_tiny) and 1.8x (3.2M) faster (benchmarks/results/
+# machine_limit.json, a 2048^2 product 2.3x). On an AVX2-only machine they ran at 0.97x and
+# 0.92x (machine_limit_avx2.json, the 2048^2 product 0.96x), and decoding was slower at
+# every size measured (samplers_long.json).
+ONEDNN_CAPABILITIES = ("AVX512",)
+
+
+def onednn_pays() -> bool:
+    """Whether oneDNN's linear kernel runs here and this CPU is of a capability on which it
+    was measured faster (``ONEDNN_CAPABILITIES``)."""
+    return torch.backends.cpu.get_cpu_capability() in ONEDNN_CAPABILITIES and \
+        onednn_available()
+
+
+def use_fast_linear(model) -> int:
+    """``run.fast_kernels``: ``use_onednn_linear`` where oneDNN pays (``onednn_pays``), else
+    nothing. Returns the number of layers switched."""
+    return use_onednn_linear(model) if onednn_pays() else 0
 
 
 def use_onednn_linear(model) -> int:

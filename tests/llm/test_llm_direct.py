@@ -277,3 +277,19 @@ def test_the_fused_decode_step_samples_what_the_layer_by_layer_step_does(
     np.testing.assert_array_equal(got.tokens, want.tokens)
     np.testing.assert_allclose(got.logprobs, want.logprobs,
                                atol=1e-6 if dtype == torch.float32 else 2e-2)
+
+
+@pytest.mark.parametrize("capability, switched", [("AVX512", True), ("AVX2", False),
+                                                  ("DEFAULT", False)])
+def test_fast_kernels_take_onednn_only_on_a_cpu_where_it_was_measured_faster(
+        policy, monkeypatch, capability, switched):
+    """``run.fast_kernels`` (``kernels.use_fast_linear``) switches a model's linear layers to
+    oneDNN on AVX-512 CPUs (1.5-1.8x there) and leaves torch's kernel on AVX2 ones (0.92-0.97x
+    there, ``benchmarks/results/machine_limit*.json``)."""
+    from llm_experiments.policy import kernels
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(kernels, "onednn_available", lambda: True)
+    model = copy.deepcopy(policy[0])
+    linears = sum(type(m) is torch.nn.Linear for m in model.modules())
+    assert kernels.use_fast_linear(model) == (linears if switched else 0)
+    assert any(type(m) is kernels.OneDNNLinear for m in model.modules()) == switched
