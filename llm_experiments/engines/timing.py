@@ -3,8 +3,8 @@
 One record shape for the serial engine (``experiment.Experiment``: one thread, the sides take
 turns), the overlapped one (``overlap.OverlapRun``: a sampler thread beside the trainer) and
 the Ray engine (``ray_engine.RayRun`` and its actors' loop: each side the mean over its
-actors), so that figures can put the schedules side by side from saved results. All values are seconds
-(>= 0 except ``other``, a remainder), over every session of a resumed run.
+actors), so that figures can put the schedules side by side from saved results. All values
+are seconds (>= 0 except ``other``, a remainder), over every session of a resumed run.
 
 Per side, the keys ``SIDE_KEYS``, which sum to the run's wall time exactly:
 

@@ -72,6 +72,7 @@ def _linear(module):
 
 
 def _norm(module, x):
+    """An RMS norm module applied to x."""
     if x.dtype != torch.float32:  # the model's norm, which computes in float32 and casts
         return module(x)
     return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
@@ -104,15 +105,14 @@ class FusedStep:
     cos: torch.Tensor
     sin: torch.Tensor
     bias: torch.Tensor | None = None
-    keysransposed: bool = False
 
     @classmethod
     def of(cls, model, layout: StepLayout, positions: int, device) -> "FusedStep":
         """Stack ``model``'s current weights; a rotary table of ``positions`` (>= 1)."""
-        layers = [StackedLayer(_stacked(l.self_attn.q_proj, l.self_attn.k_proj,
-                                        l.self_attn.v_proj),
-                               _stacked(l.mlp.gate_proj, l.mlp.up_proj))
-                  for l in model.model.layers]
+        layers = [StackedLayer(_stacked(layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                        layer.self_attn.v_proj),
+                               _stacked(layer.mlp.gate_proj, layer.mlp.up_proj))
+                  for layer in model.model.layers]
         return cls(layout, layers, *rope_table(model, positions, device))
 
 
@@ -159,8 +159,8 @@ def _layer(layer, stacked: StackedLayer, x, cos, sin, keys, values, bias,
 def fused_step(model, fused: FusedStep, tok, pos, keys, values, end: int):
     """Next-token logits (n, V) after the new tokens ``tok`` (n, 1) at positions ``pos``
     (n, 1; below the rotary table's length): per layer the cache's keys and values (n,
-    kv_heads, columns, d; contiguous), ``end`` the columns attended to (the new token's column + 1).
-    ``fused.bias`` must be set for these rows."""
+    kv_heads, columns, d; contiguous), ``end`` the columns attended to (the new token's
+    column + 1). ``fused.bias`` must be set for these rows."""
     base = model.model
     cos, sin = fused.cos[pos], fused.sin[pos]  # (n, 1, d)
     x = base.embed_tokens(tok)
