@@ -171,8 +171,8 @@ def test_the_rule_against_on_policy_interval_is_paired_by_seed_at_the_best_rate(
     assert g3.rule_against_on_policy(none) is None
     t = g3.rule_against_on_policy(tie)
     assert t.low <= 0 <= t.high
-    summary = g3.gap_summary([g3.CeilingCase(e, "measured", table, tuple(range(8)), "k"),
-                              tie, none])
+    summary = g3.gap_summary([g3.rule_against_on_policy(c) for c in (
+        g3.CeilingCase(e, "measured", table, tuple(range(8)), "k"), tie, none)])
     assert summary == {"cases": 2, "level": 0.95, "covers_zero": 1, "rule_better": 1,
                        "on_policy_better": 0}
 

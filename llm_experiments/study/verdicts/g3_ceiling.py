@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 import zlib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -57,6 +56,7 @@ from tqdm import tqdm
 from replaytheory import checks
 from replaytheory.advice import EVIDENCE_PATH, RULE_HORIZON, Evidence, score_cases
 from replaytheory.cli_input import Parser, integer, output_file
+from replaytheory.stats.analysis import best_option
 from replaytheory.io import write_json
 from replaytheory.stats.verdicts import PairedDifference, paired_difference, scores_per_draw
 
@@ -211,10 +211,8 @@ def summarise(outcomes: list[CaseOutcome]) -> list[ArmSummary]:
 def best_lr_scores(table: np.ndarray, cell: int) -> np.ndarray:
     """Per-seed scores (seeds,) of ``cell`` at its learning rate of best median over every
     seed (the judge's choice on the full seeds)."""
-    with warnings.catch_warnings():  # a learning rate without runs: NaN, never chosen
-        warnings.simplefilter("ignore", RuntimeWarning)
-        med = np.nanmedian(table[cell], axis=1)
-    return table[cell, int(np.nanargmax(np.where(np.isnan(med), -np.inf, med)))]
+    _, lr = best_option(table[cell][None], "max")
+    return table[cell, int(lr[0])]
 
 
 def rule_against_on_policy(case: CeilingCase) -> PairedDifference | None:
@@ -229,13 +227,12 @@ def rule_against_on_policy(case: CeilingCase) -> PairedDifference | None:
                              "max", level=GAP_LEVEL)
 
 
-def case_record(case: CeilingCase, outcome: CaseOutcome) -> dict:
+def case_record(case: CeilingCase, outcome: CaseOutcome, gap: PairedDifference | None) -> dict:
     """One case's line of the report."""
     e = case.evidence
     reg = e.regret()
     on = e.on_policy()
     rule = reg[e.nearest(RULE_HORIZON, math.sqrt(e.mu))]
-    gap = rule_against_on_policy(case)
     return {"setting": e.setting, "run_updates": e.run_updates, "mu": e.mu,
             "mu_source": case.mu_source, "seeds": len(case.seeds),
             "half_sizes": [len(case.seeds) // 2, len(case.seeds) - len(case.seeds) // 2],
@@ -344,11 +341,11 @@ def advice_losses(cases: list[CeilingCase], advice: list[tuple[float, float]]) -
             "worse_than_on_policy_there_beyond_interval": on_resolved}
 
 
-def gap_summary(cases: list[CeilingCase]) -> dict:
-    """Over the cases with an on-policy cell: how many there are, and in how many the 95%
-    interval of the rule's cell minus on-policy (``rule_against_on_policy``) covers 0, lies
+def gap_summary(gaps: list[PairedDifference | None]) -> dict:
+    """Over the cases' ``rule_against_on_policy`` (None: no on-policy cell): how many there
+    are, and in how many the 95% interval of the rule's cell minus on-policy covers 0, lies
     above it or lies below it."""
-    gaps = [g for g in map(rule_against_on_policy, cases) if g is not None]
+    gaps = [g for g in gaps if g is not None]
     return {"cases": len(gaps), "level": GAP_LEVEL,
             "covers_zero": sum(g.low <= 0 <= g.high for g in gaps),
             "rule_better": sum(g.low > 0 for g in gaps),
@@ -362,14 +359,15 @@ def report(cases: list[CeilingCase], outcomes: list[CaseOutcome], splits: int,
     estimates and beyond the paired interval (``advice_losses``), per case
     (``case_record``) and the sanity check."""
     left_out = score_cases([c.evidence for c in cases], leave_out=True)
+    gaps = [rule_against_on_policy(c) for c in cases]
     return {"method": METHOD, "splits": splits, "seed": seed,
             "tolerance": TOLERANCE, "percentiles": list(PERCENTILES),
             "warm_start": "the evidence's: median step-0 eval accuracy of every run (all "
                           "seeds) in the case's curves file",
             "arms": [asdict(s) for s in summarise(outcomes)],
-            "rule_against_on_policy": gap_summary(cases),
+            "rule_against_on_policy": gap_summary(gaps),
             "advice_left_out": advice_losses(cases, [c.advice for c in left_out]),
-            "cases": [case_record(c, o) for c, o in zip(cases, outcomes)],
+            "cases": [case_record(c, o, g) for c, o, g in zip(cases, outcomes, gaps)],
             "sanity": {"cases": len(cases),
                        "cells": int(sum(len(c.evidence.labels) for c in cases)),
                        "max_full_seed_gap": max(c.full_seed_gap for c in cases),

@@ -93,16 +93,19 @@ def judge_level(runs: dict) -> dict:
     budget_c = min(np.median([compute[c][s][-1] for s in seeds]) for c in runs)
     on_seconds = {s: to_target(on[s], s) for s in seeds}
 
-    def auc_seconds(by):
-        return np.array([mean_over_budget(seconds_at_evals(by[s]), np.asarray(
-            by[s].eval["eval_accuracy"], float), budget_s) for s in seeds])
-    on_auc = auc_seconds(on)
+    accs = {c: {s: np.asarray(by[s].eval["eval_accuracy"], float) for s in seeds}
+            for c, by in runs.items()}
+
+    def auc_seconds(c):
+        return np.array([mean_over_budget(seconds_at_evals(runs[c][s]), accs[c][s], budget_s)
+                         for s in seeds])
+    on_auc = auc_seconds(ON_POLICY)
     cells = {}
     for c, by in runs.items():
         with np.errstate(divide="ignore", invalid="ignore"):  # on-policy at its target at once
             ratio = np.array([to_target(by[s], s) / on_seconds[s] for s in seeds])
-        acc = {s: np.asarray(by[s].eval["eval_accuracy"], float) for s in seeds}
-        auc = auc_seconds(by)
+        acc = accs[c]
+        auc = auc_seconds(c)
         cells[c.label] = {
             "x": c.x, "y": c.y, "adaptive": c.adaptive,
             "ratio": _mean_interval(ratio) if np.isfinite(ratio).all() else
