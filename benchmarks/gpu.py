@@ -69,8 +69,8 @@ def sampler_rows(name, model, tok, batch, news, device) -> list[dict]:
     graphs) of ours with static-shape steps (CUDA graphs on a GPU; eager on CPU, the dry
     run), ours with the growing-slice eager step, and ``generate``."""
     from benchmarks.samplers import addition_prompts, hf_generate, ours
-    contenders = {"ours": ours(model, tok, onednn=False, graphs="on"),
-                  "ours_eager": ours(model, tok, onednn=False, graphs="off"),
+    contenders = {"ours": ours(model, tok, "default", graphs="on"),
+                  "ours_eager": ours(model, tok, "default", graphs="off"),
                   "hf_generate": hf_generate(model, tok)}
     rows = []
     for new in news:

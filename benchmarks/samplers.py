@@ -7,13 +7,17 @@ writes ``benchmarks/results/samplers.json`` (``--name`` to change).
 Workload: 2-digit addition prompts (5-6 tokens, left-padded), batch 64 / 256, 16 / 64 new
 tokens, temperature 1, for the cpu_tiny model shape (~1.0M parameters) and a ~3.2M one
 (random weights: speed does not depend on them). "ours" is the sampler as the harness runs
-it (oneDNN linear layers, ``run.fast_kernels``); "ours_default_kernel" the same sampler with
-torch's default linear kernel, the one ``generate`` uses; "ours_before" the sampler before the
-speed work (default kernel, the model's generic forward with a dynamic cache). Every contender makes exactly that many
+it by default (``run.fast_kernels``, ``sampler.linear_kernel=auto``: oneDNN on AVX-512 CPUs
+at hidden >= 128, torch's kernel elsewhere); "ours_default_kernel" the same sampler with
+torch's default linear kernel, the one ``generate`` uses; "ours_compiled" that one with
+``sampler.compile_step`` (its first call, which compiles, is reported apart as
+``compiled_first_call_s``: the compile's price, paid once per process); "ours_before" the
+sampler before the speed work (default kernel, the model's generic forward with a dynamic
+cache). Every contender makes exactly that many
 tokens (end-of-sequence does not stop a sequence), so tokens/s = batch x new tokens / seconds,
 best of ``--repeats`` timed calls after one warm-up call, contenders interleaved. Ours and
 vLLM also return the log-probability of every sampled token; ``generate`` is run without
-scores (less work than ours). Each row also gives our two samplers' share of this machine's
+scores (less work than ours). Each row also gives our samplers' share of this machine's
 matmul ceiling, measured in the same run (``machine_limit.matmul_flops``: the faster of
 torch's and oneDNN's FLOP/s on a large float32 product, ``--threads`` threads): tokens/s x
 2 x parameters (``models.flops_per_token``) over the ceiling.
@@ -40,20 +44,21 @@ def addition_prompts(tok, n: int, seed: int = 0) -> list[list[int]]:
             for a, b in rng.integers(0, 100, (n, 2))]
 
 
-def ours(model, tok, onednn: bool = True, direct: bool = True, graphs: str = "auto"):
-    """Our sampler as the harness runs it (``run.fast_kernels``: oneDNN linear layers;
-    ``run.direct_forward``: static-cache decoding; ``sampler.decode_graphs``), or with
-    torch's default linear kernel, or also through the model's generic forward (the sampler
+def ours(model, tok, kernel: str = "auto", direct: bool = True, graphs: str = "auto",
+         compiled: bool = False):
+    """Our sampler as the harness runs it (``run.fast_kernels``, ``sampler.linear_kernel``
+    ``kernel``; ``run.direct_forward``: static-cache decoding; ``sampler.decode_graphs``;
+    ``sampler.compile_step``), or also through the model's generic forward (the sampler
     before the speed work); eos id -1 never matches, so every sequence runs to the length."""
     import copy
 
-    from llm_experiments.policy.kernels import use_onednn_linear
+    from llm_experiments.policy.kernels import set_sampler_kernel, use_fast_linear
     from llm_experiments.samplers.hf import HFSampler
     model = copy.deepcopy(model)
-    if onednn:
-        use_onednn_linear(model)
+    use_fast_linear(model)
     sampler = HFSampler(model, eos_id=-1, pad_id=tok.pad_token_id, direct=direct,
-                        graphs=graphs)
+                        graphs=graphs, compile_step=compiled)
+    set_sampler_kernel(sampler.model, kernel)
     return lambda prompts, new: sampler.generate(prompts, max_new_tokens=new,
                                                  temperature=1.0, seed=0)
 
@@ -118,8 +123,10 @@ def main(argv=None) -> dict:
     for size in args.sizes:
         # Positions past max_len would still run (rotary embeddings), but keep the config true.
         model, tok = random_policy(size, max_len=max(128, 16 + max(args.new_tokens)))
-        contenders = {"ours": ours(model, tok), "ours_default_kernel": ours(model, tok, False),
-                      "ours_before": ours(model, tok, False, False),
+        contenders = {"ours": ours(model, tok),
+                      "ours_default_kernel": ours(model, tok, "default"),
+                      "ours_compiled": ours(model, tok, "default", compiled=True),
+                      "ours_before": ours(model, tok, "default", False),
                       "hf_generate": hf_generate(model, tok)}
         engine = vllm_engine(model, tok)
         if engine is not None:
@@ -133,26 +140,27 @@ def main(argv=None) -> dict:
                 for rep in range(args.repeats + 1):  # the first round warms up
                     for name, fn in contenders.items():
                         set_threads(args.threads)  # vLLM may change it at start-up
-                        t = best_of(lambda: fn(prompts, new), 1)
-                        if rep:
-                            seconds[name].append(t)
-                row.update({name: batch * new / min(t) for name, t in seconds.items()})
+                        seconds[name].append(best_of(lambda: fn(prompts, new), 1))
+                row["compiled_first_call_s"] = seconds["ours_compiled"][0]
+                row.update({name: batch * new / min(t[1:]) for name, t in seconds.items()})
                 row["ours/hf_generate"] = row["ours"] / row["hf_generate"]
                 row["default_kernel/hf_generate"] = row["ours_default_kernel"] / \
                     row["hf_generate"]
+                row["compiled/hf_generate"] = row["ours_compiled"] / row["hf_generate"]
                 row["before/hf_generate"] = row["ours_before"] / row["hf_generate"]
                 if "vllm" in row:
                     row["ours/vllm"] = row["ours"] / row["vllm"]
-                for name in ("ours", "ours_default_kernel"):
+                for name in ("ours", "ours_default_kernel", "ours_compiled"):
                     row[f"{name}_share_of_ceiling"] = row[name] * 2 * n_params / ceiling
                 rows.append(row)
                 print_table([row], list(row))
         del contenders, engine
     print("\ntokens/s (new tokens), best of", args.repeats)
-    columns = ["model", "batch", "new_tokens", "ours", "ours_default_kernel", "ours_before",
-               "hf_generate", "vllm", "ours/hf_generate", "default_kernel/hf_generate",
-               "before/hf_generate", "ours/vllm", "ours_share_of_ceiling",
-               "ours_default_kernel_share_of_ceiling"]
+    columns = ["model", "batch", "new_tokens", "ours", "ours_default_kernel", "ours_compiled",
+               "ours_before", "hf_generate", "vllm", "ours/hf_generate",
+               "default_kernel/hf_generate", "compiled/hf_generate", "before/hf_generate",
+               "ours/vllm", "ours_share_of_ceiling", "ours_default_kernel_share_of_ceiling",
+               "ours_compiled_share_of_ceiling", "compiled_first_call_s"]
     print_table(rows, columns)
     result = {"tokens_per_s": rows, "matmul_ceiling_flops": ceiling,
               "threads": args.threads, "repeats": args.repeats,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
-from .decode_step import FusedStep, fusable, fused_step, mask_bias
+from .decode_step import FusedStep, compiled_step, fusable, fused_step, mask_bias
 
 
 def supports(model) -> bool:
@@ -161,11 +161,12 @@ class StaticDecoder:
     the next-token logits after each prompt, ``step`` those after each new token.
     width: prompts are left-padded to at least this many tokens. cache: a ``DecodeCache`` of
     exactly n rows and width + max_new columns to fill (kept across calls by
-    ``samplers.graphs``), or None: one is allocated.
+    ``samplers.graphs``), or None: one is allocated. compiled: the fused step (where it
+    applies, see below) through ``decode_step.compiled_step``.
     """
 
     def __init__(self, model, prompts, max_new: int, pad_id: int, device, width: int = 0,
-                 cache: DecodeCache | None = None):
+                 cache: DecodeCache | None = None, compiled: bool = False):
         self.model = model
         distinct, self.row = unique_prompts(prompts)
         self.row = self.row.to(device)
@@ -188,6 +189,7 @@ class StaticDecoder:
         whole = all(t.is_contiguous() for t in (*self.keys, *self.values))
         self.fused = FusedStep.of(model, layout, int(self.pos.max()) + max_new + 1, device) \
             if layout is not None and whole and torch.device(device).type == "cpu" else None
+        self._fused_step = compiled_step if compiled else fused_step
 
     def next_positions(self) -> torch.Tensor:
         """Position (n, 1) of the first new token of each row."""
@@ -213,7 +215,8 @@ class StaticDecoder:
             if self.fused.bias is None:
                 self.fused.bias = mask_bias(self.valid, self.fused.layout.kv_heads,
                                             self.keys[0].dtype)
-            return fused_step(self.model, self.fused, tok, pos, self.keys, self.values, end)
+            return self._fused_step(self.model, self.fused, tok, pos, self.keys, self.values,
+                                    end)
         mask = self.valid[:, None, None, :end]
 
         def attend(i, q, k, v):

@@ -34,6 +34,7 @@ def hf_sampler(cfg, model, tokenizer):
                         direct=cfg.run.direct_forward, dtype=DTYPES[cfg.model.dtype],
                         compact_below=cfg.sampler.compact_below, cdf=cfg.sampler.cdf_dtype,
                         graphs=cfg.sampler.decode_graphs,
-                        max_concurrent=cfg.sampler.max_concurrent)
+                        max_concurrent=cfg.sampler.max_concurrent,
+                        compile_step=cfg.sampler.compile_step)
     set_sampler_kernel(sampler.model, cfg.sampler.linear_kernel)
     return sampler

@@ -9,6 +9,7 @@ import torch
 
 from llm_helpers import tiny_policy
 from llm_experiments.rl.buffer import Rollout
+from llm_experiments.policy import decode_step
 from llm_experiments.policy.direct import supports
 from llm_experiments.policy.kernels import default_linear, onednn_available, use_onednn_linear
 from llm_experiments.rl.losses import (PromptBatch, SequenceBatch, batch_logprobs, choose_layout,
@@ -250,7 +251,7 @@ def test_the_fused_decode_step_samples_what_the_layer_by_layer_step_does(
     tokens and log-probs of ``StaticDecoder``'s layer-by-layer step, through compaction
     (rows dropped, the mask bias remade) and per family; Qwen3's per-head q/k norms are
     not its layout, so there the decoder keeps its own step."""
-    from llm_experiments.policy import direct, decode_step
+    from llm_experiments.policy import direct
     _, tok = policy
     model = _family(family, len(tok)).to(dtype)
     assert (decode_step.fusable(model) is not None) == fused
@@ -277,6 +278,40 @@ def test_the_fused_decode_step_samples_what_the_layer_by_layer_step_does(
     np.testing.assert_array_equal(got.tokens, want.tokens)
     np.testing.assert_allclose(got.logprobs, want.logprobs,
                                atol=1e-6 if dtype == torch.float32 else 2e-2)
+
+
+@pytest.mark.skipif(decode_step.cxx_compiler() is None, reason="inductor needs a C++ compiler")
+def test_the_compiled_decode_step_samples_what_the_eager_one_does(policy, monkeypatch):
+    """``sampler.compile_step`` (``decode_step.compiled_step``): the eager fused step's
+    tokens, its log-probs to float32 rounding, through compaction and over calls of other
+    row counts; once the columns have become dynamic (the first call), neither a
+    compaction nor a call of another row count compiles again."""
+    _, tok = policy
+    model = _family("qwen2", len(tok))
+    prompts = [tok.encode(t, add_special_tokens=False)
+               for t in ["12+34=", "1+2=", "12+34=", "99+9=", "7+7=", "1+2="]]
+    eos = tok.encode("5", add_special_tokens=False)[0]
+    samplers = [HFSampler(model, eos_id=eos, pad_id=tok.pad_token_id, graphs="off",
+                          compile_step=on) for on in (True, False)]
+    for call, rows in enumerate((prompts, prompts[:3] * 3, prompts[1:])):
+        got, want = (s.generate(rows, max_new_tokens=12, temperature=1.0, seed=call)
+                     for s in samplers)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
+        assert (got.lengths < 12).any() and (got.lengths == 12).any()
+        # The first call keeps its rows; later ones change them, between calls and inside
+        monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
+        for s in samplers:
+            s.compact_below = 1.0
+
+
+def test_compile_step_without_a_cxx_compiler_is_refused_in_one_line(policy, monkeypatch):
+    """Inductor would fail deep inside the first step; the sampler says why at once."""
+    from llm_experiments.samplers import hf
+    monkeypatch.setattr(hf, "cxx_compiler", lambda: None)
+    with pytest.raises(ValueError, match=r"^compile_step=True needs a C\+\+ compiler"):
+        HFSampler(policy[0], eos_id=0, pad_id=0, compile_step=True)
+    HFSampler(policy[0], eos_id=0, pad_id=0)  # off: no compiler needed
 
 
 @pytest.mark.parametrize("capability, switched", [("AVX512", True), ("AVX2", False),
