@@ -13,9 +13,9 @@ timed; levels alternate over ``--repeats`` so a drift in the machine's load hits
 run: generation and update seconds from the run's own clock, the measured mu, generation's
 share of the on-policy wall time (gen / (gen + update) = mu / (1 + mu), as one batch is made
 per update), mu over the updates after the first (``mu_after_first``: without the first
-update's one-off costs), and the compute model's mu from FLOPs (``mu_flops``: 2 P per generated token
-against 6 P per trained token, blind to how decoding is bound). The seed paper's GPU shape,
-generation > 80% of the time, is mu > 4.
+update's one-off costs), and the compute model's mu from FLOPs (``mu_flops``: 2 P per
+generated token against 6 P per trained token, blind to how decoding is bound). The seed
+paper's GPU shape, generation > 80% of the time, is mu > 4.
 
 Run: ``python -m benchmarks.long_mu [--levels 0 8] [--steps 12] [--repeats 2]``; writes
 ``benchmarks/results/long_mu.json`` (``--name`` to change).

@@ -192,6 +192,7 @@ def cxx_compiler() -> str | None:
 
 @functools.cache
 def _compiled_fused_step():
+    """The compiled ``fused_step``, one per process (its code cache is dynamo's)."""
     return torch.compile(fused_step, options={"cpp_wrapper": True})
 
 
