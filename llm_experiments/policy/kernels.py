@@ -27,7 +27,11 @@ from torch import nn
 
 
 def onednn_linear(x, weight, bias=None):
-    """x W^T + b (float32, CPU) by oneDNN's inner product."""
+    """x W^T + b (float32, CPU) by oneDNN's inner product; by ``F.linear`` while
+    ``torch.compile`` traces (``decode_step.compiled_step``): inductor fails to lower this
+    call and picks the products' kernel itself."""
+    if torch.compiler.is_compiling():
+        return nn.functional.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 

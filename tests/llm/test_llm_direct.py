@@ -1,6 +1,7 @@
 """The direct (layer-by-layer) forward and the oneDNN linear layers agree with the model's
 generic forward and torch's default kernel to float32 rounding."""
 
+import contextlib
 import copy
 
 import numpy as np
@@ -281,28 +282,35 @@ def test_the_fused_decode_step_samples_what_the_layer_by_layer_step_does(
 
 
 @pytest.mark.skipif(decode_step.cxx_compiler() is None, reason="inductor needs a C++ compiler")
-def test_the_compiled_decode_step_samples_what_the_eager_one_does(policy, monkeypatch):
+@pytest.mark.parametrize("kernel", ["default", "onednn"])
+def test_the_compiled_decode_step_samples_what_the_eager_one_does(policy, kernel):
     """``sampler.compile_step`` (``decode_step.compiled_step``): the eager fused step's
     tokens, its log-probs to float32 rounding, through compaction and over calls of other
     row counts; once the columns have become dynamic (the first call), neither a
-    compaction nor a call of another row count compiles again."""
+    compaction nor a call of another row count compiles again. With oneDNN's linear layers
+    (the sampler's kernel on AVX-512 CPUs) too, which inductor cannot lower."""
+    if kernel == "onednn" and not onednn_available():
+        pytest.skip("oneDNN's linear kernel does not run here")
     _, tok = policy
     model = _family("qwen2", len(tok))
+    if kernel == "onednn":
+        assert use_onednn_linear(model) > 0
     prompts = [tok.encode(t, add_special_tokens=False)
                for t in ["12+34=", "1+2=", "12+34=", "99+9=", "7+7=", "1+2="]]
     eos = tok.encode("5", add_special_tokens=False)[0]
     samplers = [HFSampler(model, eos_id=eos, pad_id=tok.pad_token_id, graphs="off",
                           compile_step=on) for on in (True, False)]
-    for call, rows in enumerate((prompts, prompts[:3] * 3, prompts[1:])):
-        got, want = (s.generate(rows, max_new_tokens=12, temperature=1.0, seed=call)
-                     for s in samplers)
-        np.testing.assert_array_equal(got.tokens, want.tokens)
-        np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
-        assert (got.lengths < 12).any() and (got.lengths == 12).any()
-        # The first call keeps its rows; later ones change them, between calls and inside
-        monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
-        for s in samplers:
-            s.compact_below = 1.0
+    with contextlib.ExitStack() as later:
+        for call, rows in enumerate((prompts, prompts[:3] * 3, prompts[1:])):
+            got, want = (s.generate(rows, max_new_tokens=12, temperature=1.0, seed=call)
+                         for s in samplers)
+            np.testing.assert_array_equal(got.tokens, want.tokens)
+            np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
+            assert (got.lengths < 12).any() and (got.lengths == 12).any()
+            if call == 0:  # it kept its rows; later calls change them, between and inside
+                later.enter_context(torch._dynamo.config.patch(error_on_recompile=True))
+                for s in samplers:
+                    s.compact_below = 1.0
 
 
 def test_compile_step_without_a_cxx_compiler_is_refused_in_one_line(policy, monkeypatch):
