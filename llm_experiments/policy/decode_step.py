@@ -199,10 +199,19 @@ def _compiled_fused_step():
 def compiled_step(model, fused: FusedStep, tok, pos, keys, values, end: int):
     """``fused_step`` through ``torch.compile`` (module docstring), compiled once per process.
 
-    The rows are marked dynamic (they change between calls and at a compaction), so a new
-    row count does not compile again; the columns attended to become dynamic at the
-    second step (one recompile). Compiling happens in the thread count of the moment
+    The sizes that change between calls are marked dynamic, so that a call with another
+    row count (or a compaction), prompt width or completion length reuses the code: the
+    rows, the cache's and the mask's columns, the rotary table's positions. The columns
+    attended to (``end``) become dynamic at the second step, the one recompile. A single
+    row runs eagerly: dynamo specialises sizes 0 and 1, so it would compile again for the
+    last row a compaction leaves. Compiling happens in the thread count of the moment
     (inductor builds it into the code)."""
-    for t in (tok, pos, fused.bias, *keys, *values):
-        torch._dynamo.maybe_mark_dynamic(t, 0)
+    if tok.shape[0] == 1:
+        return fused_step(model, fused, tok, pos, keys, values, end)
+    mark = torch._dynamo.maybe_mark_dynamic
+    for t in (tok, pos, fused.cos, fused.sin):
+        mark(t, 0)
+    for t in (fused.bias, *keys, *values):
+        mark(t, 0)
+        mark(t, 2)
     return _compiled_fused_step()(model, fused, tok, pos, keys, values, end)

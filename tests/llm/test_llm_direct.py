@@ -287,8 +287,8 @@ def test_the_compiled_decode_step_samples_what_the_eager_one_does(policy, kernel
     """``sampler.compile_step`` (``decode_step.compiled_step``): the eager fused step's
     tokens, its log-probs to float32 rounding, through compaction and over calls of other
     row counts; once the columns have become dynamic (the first call), neither a
-    compaction nor a call of another row count compiles again. With oneDNN's linear layers
-    (the sampler's kernel on AVX-512 CPUs) too, which inductor cannot lower."""
+    compaction nor a call of another row count or length compiles again. With oneDNN's
+    linear layers (the sampler's kernel on AVX-512 CPUs) too, which inductor cannot lower."""
     if kernel == "onednn" and not onednn_available():
         pytest.skip("oneDNN's linear kernel does not run here")
     _, tok = policy
@@ -301,12 +301,13 @@ def test_the_compiled_decode_step_samples_what_the_eager_one_does(policy, kernel
     samplers = [HFSampler(model, eos_id=eos, pad_id=tok.pad_token_id, graphs="off",
                           compile_step=on) for on in (True, False)]
     with contextlib.ExitStack() as later:
-        for call, rows in enumerate((prompts, prompts[:3] * 3, prompts[1:])):
-            got, want = (s.generate(rows, max_new_tokens=12, temperature=1.0, seed=call)
+        for call, (rows, new) in enumerate(((prompts, 12), (prompts[:3] * 3, 12),
+                                            (prompts[1:], 15))):
+            got, want = (s.generate(rows, max_new_tokens=new, temperature=1.0, seed=call)
                          for s in samplers)
             np.testing.assert_array_equal(got.tokens, want.tokens)
             np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
-            assert (got.lengths < 12).any() and (got.lengths == 12).any()
+            assert (got.lengths < new).any() and (got.lengths == new).any()
             if call == 0:  # it kept its rows; later calls change them, between and inside
                 later.enter_context(torch._dynamo.config.patch(error_on_recompile=True))
                 for s in samplers:
