@@ -23,9 +23,9 @@ larger one) ``fusable`` says no and the decoder takes its generic step.
 
 ``compiled_step`` is the same step through ``torch.compile`` (inductor's C++ code, with its
 C++ wrapper, so a step is one call into compiled code, not ~100 Python-dispatched operators):
-the sampler makes 1.5x (64 rows) and 2.3x (8 rows) the eager step's tokens/s at cpu_long's
-shape, after a first call of 28 s that compiles (5 s once inductor's on-disk cache holds the
-code; ``benchmarks/results/samplers_long.json``). Its tokens equal the eager step's, its
+the sampler makes 1.4-1.5x (64 rows) and 2.3x (8 rows) the eager step's tokens/s at
+cpu_long's shape, after a first call of 28 s that compiles (5 s once inductor's on-disk cache
+holds the code; ``benchmarks/results/samplers_long.json``). Its tokens equal the eager step's, its
 log-probs up to float32 rounding (inductor fuses and reorders the element-wise arithmetic).
 """
 
@@ -201,10 +201,11 @@ def compiled_step(model, fused: FusedStep, tok, pos, keys, values, end: int):
 
     The rows are marked dynamic (they change between calls and at a compaction), so a call
     of another row count reuses the code. The columns attended to (``end``) become dynamic
-    at the second step, the one recompile. Other sizes stay static until they change
-    (inductor's code is ~13% faster with the cache's columns static, and a task whose prompts
-    all have one length, such as cpu_long's, never changes them): a call of another prompt
-    width or completion length compiles once more, after which they are dynamic too. A
+    at the second step, the one recompile. Other sizes stay static until they change (a
+    task whose prompts all have one length, such as cpu_long's, never changes them; marked
+    dynamic from the start, the cache's columns measured 1.33x eager against 1.39-1.52x):
+    a call of another prompt width or completion length compiles once more, after which
+    they are dynamic too. A
     single row runs eagerly: dynamo specialises sizes 0 and 1, so it would compile again for
     the last row a compaction leaves. Compiling happens in the thread count of the moment
     (inductor builds it into the code)."""
