@@ -205,10 +205,9 @@ def compiled_step(model, fused: FusedStep, tok, pos, keys, values, end: int):
     task whose prompts all have one length, such as cpu_long's, never changes them; marked
     dynamic from the start, the cache's columns measured 1.33x eager against 1.39-1.52x):
     a call of another prompt width or completion length compiles once more, after which
-    they are dynamic too. A
-    single row runs eagerly: dynamo specialises sizes 0 and 1, so it would compile again for
-    the last row a compaction leaves. Compiling happens in the thread count of the moment
-    (inductor builds it into the code)."""
+    they are dynamic too. A single row runs eagerly: dynamo specialises sizes 0 and 1, so it
+    would compile again for the last row a compaction leaves. Compiling happens in the
+    thread count of the moment (inductor builds it into the code)."""
     if tok.shape[0] == 1:
         return fused_step(model, fused, tok, pos, keys, values, end)
     for t in (tok, pos, fused.bias, *keys, *values):
