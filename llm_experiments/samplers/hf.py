@@ -186,10 +186,10 @@ class HFSampler:
             raise ValueError(f"cdf must be one of {CDF_DTYPES}, got {cdf!r}")
         if graphs not in DECODE_GRAPHS:
             raise ValueError(f"graphs must be one of {DECODE_GRAPHS}, got {graphs!r}")
-        if compile_step and cxx_compiler() is None:
+        self.model = copy.deepcopy(model).eval()
+        if compile_step and self.device.type == "cpu" and cxx_compiler() is None:
             raise ValueError(f"compile_step=True needs a C++ compiler on PATH (one of "
                              f"{', '.join(CXX_COMPILERS)}); none was found")
-        self.model = copy.deepcopy(model).eval()
         if dtype is not None:
             self.model.to(dtype=dtype)
         for p in self.model.parameters():
