@@ -140,10 +140,12 @@ def _time_breakdown(out):
     return time_breakdown.main([] if out is None else ["--out", str(out)])  # raises if absent
 
 
-def _seconds_long(out):
-    from figures.cpu_long import seconds
-    return seconds.main(["--results", str(RESULTS / "seconds_long")]
-                        + ([] if out is None else ["--out", str(out)]))  # raises if absent
+def _seconds(grid):
+    def build(out):
+        from figures.cpu_long import seconds
+        return seconds.main(["--grid", grid, "--results", str(RESULTS / grid)]
+                            + ([] if out is None else ["--out", str(out)]))  # raises if absent
+    return build
 
 
 FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis": _diagnosis,
@@ -151,7 +153,7 @@ FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis
             "align_variants": _align_variants, "align_moments": _align_moments,
             "align_buffer": _align_buffer, "unclipped": _unclipped, "losses": _losses,
             "advice": _advice, "time_breakdown": _time_breakdown,
-            "seconds_long": _seconds_long}
+            "seconds_long": _seconds("seconds_long"), "seconds_late": _seconds("seconds_late")}
 
 
 def main(argv=None) -> int:

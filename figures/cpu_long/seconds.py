@@ -1,14 +1,18 @@
-"""The saving in seconds on cpu_long (issue 37 part 3; ``experiments/seconds_long.yaml``, SL1-SL4):
-accuracy against each run's own measured seconds, per mu level, beside the verdict.
+"""The saving in seconds on cpu_long (issue 37 part 3): accuracy against each run's own
+measured seconds, per mu level, beside the verdict. Two grids: ``seconds_long``
+(``experiments/seconds_long.yaml``, SL1-SL4: 150 updates at two levels) and ``seconds_late``
+(``experiments/seconds_late.yaml``, LT1-LT3: 300 updates at one).
 
-``python -m figures.cpu_long.seconds [--results DIR] [--out DIR]`` reads
-``results/seconds_long/curves.jsonl.gz`` and ``verdict.json`` (``python -m
-llm_experiments.study.verdicts.seconds_long``) and writes ``seconds_long.md`` (per level
-and cell: the ratio of seconds to on-policy's final accuracy, its mean, each seed's, the seeds
-reaching it and the median; AUC over seconds, its paired difference from on-policy's, AUC
-over compute, measured mu; the claims) and ``seconds_long.png`` / ``.pdf`` (per level, each
-cell's mean eval accuracy over its seeds against the median of their seconds at each
-evaluation; the dashed line is on-policy's final accuracy, the seeds' mean target).
+``python -m figures.cpu_long.seconds [--grid seconds_long|seconds_late] [--results DIR] [--out
+DIR]`` reads ``results/GRID/curves.jsonl.gz`` and ``verdict.json`` (``python -m
+llm_experiments.study.verdicts.GRID``) and writes ``GRID.md`` (per level and cell: the ratio
+of seconds to on-policy's final accuracy, its mean, each seed's, the seeds reaching it and the
+median; AUC over seconds, its paired difference from on-policy's, AUC over compute, measured
+mu; where the verdict has them, the early and late halves of the seconds budget; the claims)
+and ``GRID.png`` / ``.pdf`` (per level, each cell's mean eval accuracy over its seeds against
+the median of their seconds at each evaluation; the dashed line is on-policy's final
+accuracy, the seeds' mean target; a dotted line marks half the budget where halves are
+judged).
 """
 
 from __future__ import annotations
@@ -23,23 +27,45 @@ from llm_experiments.study.results import load_runs
 from llm_experiments.study.seconds import seconds_at_evals
 from llm_experiments.study.verdicts.seconds_long import LEVEL, TARGET_EVALS, Cell
 
-RESULTS = Path(__file__).resolve().parents[2] / "results" / "seconds_long"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+TITLES = {"seconds_long": "The saving in seconds on cpu_long (issue 37 part 3, "
+                          "experiments/seconds_long.yaml)",
+          "seconds_late": "Does on-policy lead only early? cpu_long at 300 updates in seconds "
+                          "(experiments/seconds_late.yaml)"}
 WORDS = {"SL1": "at level 16 the best buffer cell reaches on-policy's final accuracy in <= 0.6x "
                 "its seconds",
          "SL2": "the saving grows with mu", "SL3": "the best cell's replay ratio grows with mu",
-         "SL4": "the advice is within 0.02 AUC (seconds) of the rule's cell at both levels"}
+         "SL4": "the advice is within 0.02 AUC (seconds) of the rule's cell at both levels",
+         "LT1": "on-policy leads only early: x = 64, y = 2's late-minus-early gap is > 0 "
+                "(predicted: holds)",
+         "LT2": "x = 64, y = 2 reaches on-policy's final accuracy on every seed, mean ratio < 1 "
+                "(predicted: holds, near 0.63)",
+         "LT3": "the best buffer cell's mean ratio is <= 0.6 (predicted: fails)"}
 
 
 def _cell(v, fmt: str = ".2f") -> str:
     return "inf" if not np.isfinite(v[0]) else f"{v[0]:{fmt}} [{v[1]:{fmt}}, {v[2]:{fmt}}]"
 
 
-def table(verdict: dict) -> str:
-    """The verdict as markdown."""
+def _halves(level: dict) -> list[str]:
+    """The early and late halves of the seconds budget, where the verdict judges them."""
+    if "halves" not in level:
+        return []
+    lines = [f"AUC over seconds in the budget's halves ([0, {level['budget_seconds'] / 2:.0f}] "
+             f"and [{level['budget_seconds'] / 2:.0f}, {level['budget_seconds']:.0f}] s) minus "
+             "on-policy's, paired by seed [95%]:", "",
+             "| cell | early | late | late minus early |", "|---|---|---|---|"]
+    lines += [f"| {label} | {_cell(h['early_minus_on_policy'], '+.3f')} | "
+              f"{_cell(h['late_minus_on_policy'], '+.3f')} | "
+              f"{_cell(h['late_minus_early'], '+.3f')} |" for label, h in level["halves"].items()]
+    return lines + [""]
+
+
+def table(verdict: dict, grid: str = "seconds_long") -> str:
+    """The verdict of ``grid`` as markdown."""
     status = "verdict" if verdict["complete"] else "INTERIM, not the verdict: fewer seeds " \
         "than registered"
-    lines = ["# The saving in seconds on cpu_long (issue 37 part 3, experiments/seconds_long.yaml)",
-             "", f"Status: {status}.", ""]
+    lines = [f"# {TITLES[grid]}", "", f"Status: {status}.", ""]
     for level, v in verdict["levels"].items():
         lines += [f"## sampler.max_concurrent = {level}: on-policy mu {v['mu']:.2f}, seeds "
                   f"{v['seeds']}", "",
@@ -55,6 +81,7 @@ def table(verdict: dict) -> str:
                          f"{c['auc_compute']:.3f} | {c['mu_measured']:.2f} |")
         lines += ["", f"Best buffer cell by that ratio (ties by the median): {v['best_buffer']}; "
                       f"best cell by AUC over seconds: {v['best_auc_seconds']}.", ""]
+        lines += _halves(v)
     lines += [f"* {k} ({w}): {'holds' if verdict['claims'][k] else 'fails'}"
               for k, w in WORDS.items() if k in verdict["claims"]]
     return "\n".join(lines) + "\n"
@@ -78,6 +105,8 @@ def draw(runs: list, verdict: dict):
         target = np.mean([np.mean(r.eval["eval_accuracy"][-TARGET_EVALS:])
                           for r in by_cell.get("on-policy", [])])
         ax.axhline(target, ls="--", color="grey", lw=1)
+        if "halves" in v:
+            ax.axvline(v["budget_seconds"] / 2, ls=":", color="grey", lw=1)
         ax.set(title=f"max_concurrent = {level} (mu {v['mu']:.1f})", xlabel="seconds (measured)",
                ylabel="eval accuracy")
         ax.legend(fontsize=7)
@@ -87,13 +116,15 @@ def draw(runs: list, verdict: dict):
 
 def main(argv=None) -> list[Path]:
     p = figure_parser(__doc__)
-    p.add_argument("--results", default=str(RESULTS), help="the grid's results folder")
+    p.add_argument("--grid", choices=sorted(TITLES), default="seconds_long",
+                   help="which grid (default seconds_long)")
+    p.add_argument("--results", help="the grid's results folder (default results/GRID)")
     a = p.parse_args(argv)
-    folder = Path(a.results)
+    folder = Path(a.results or RESULTS / a.grid)
     verdict = json.loads((folder / "verdict.json").read_text())  # raises if absent
     runs = load_runs(str(folder / "curves.jsonl.gz"))
-    return [write_text(table(verdict), "seconds_long.md", a.out),
-            *save(draw(runs, verdict), "seconds_long", a.out)]
+    return [write_text(table(verdict, a.grid), f"{a.grid}.md", a.out),
+            *save(draw(runs, verdict), a.grid, a.out)]
 
 
 if __name__ == "__main__":

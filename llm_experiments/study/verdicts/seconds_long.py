@@ -69,7 +69,7 @@ class Cell:
 ON_POLICY = Cell(1.0, 1.0, False)
 
 
-def _mean_interval(values: np.ndarray) -> tuple[float, float, float]:
+def mean_interval(values: np.ndarray) -> tuple[float, float, float]:
     """Mean of per-seed ``values`` and its 95% seed-bootstrap interval."""
     boots = values[seed_draws(values.size, DRAWS, 0)].mean(1)
     lo, hi = np.quantile(boots, [0.025, 0.975])
@@ -108,13 +108,13 @@ def judge_level(runs: dict) -> dict:
         auc = auc_seconds(c)
         cells[c.label] = {
             "x": c.x, "y": c.y, "adaptive": c.adaptive,
-            "ratio": _mean_interval(ratio) if np.isfinite(ratio).all() else
+            "ratio": mean_interval(ratio) if np.isfinite(ratio).all() else
             (float(np.mean(ratio)),) * 3,
             "ratio_per_seed": [float(r) for r in ratio],
             "reached": int(np.isfinite(ratio).sum()),
             "median_ratio": float(np.median(ratio)),
             "auc_seconds": float(auc.mean()),
-            "auc_seconds_minus_on_policy": _mean_interval(auc - on_auc),
+            "auc_seconds_minus_on_policy": mean_interval(auc - on_auc),
             "auc_compute": float(np.mean([mean_over_budget(compute[c][s], acc[s], budget_c)
                                           for s in seeds])),
             "mu_measured": float(np.median([by[s].summary["mu_measured"] for s in seeds]))}
@@ -164,15 +164,20 @@ def judge(curves: str) -> dict:
             "complete": complete}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def verdict_cli(judge_curves, doc: str, argv=None) -> int:
+    """``--curves C --out V``: write ``judge_curves(C)`` to V as JSON, print its claims."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--curves", required=True, help="compacted runs of the grid")
     p.add_argument("--out", required=True, help="the verdict JSON to write")
     a = p.parse_args(argv)
-    verdict = judge(a.curves)
+    verdict = judge_curves(a.curves)
     write_text(a.out, json.dumps(verdict, indent=1, sort_keys=True) + "\n")
     print(json.dumps(verdict["claims"]))
     return 0
+
+
+def main(argv=None) -> int:
+    return verdict_cli(judge, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+"""The verdict of ``experiments/seconds_late.yaml`` (LT1-LT3): does on-policy lead only early?
+cpu_long at 300 updates, 4 sequences decoded at once, judged in seconds.
+
+``python -m llm_experiments.study.verdicts.seconds_late --curves
+results/seconds_late/curves.jsonl.gz --out results/seconds_late/verdict.json``
+
+The grid's one level is judged as seconds_long's (``seconds_long.judge_level``: each cell's
+ratio of seconds to on-policy's final accuracy, AUC over seconds in [0, B] and over accounted
+compute, B the least median run seconds). Added per buffer cell: its AUC over seconds in
+[0, B/2] (early) and [B/2, B] (late) minus on-policy's, paired by seed, and the late-minus-early
+gap (late difference - early difference), each with its mean and 95% seed-bootstrap interval.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replaytheory.stats.analysis import mean_over_budget
+
+from ..results import load_runs
+from ..seconds import seconds_at_evals
+from .seconds_long import LEVEL, ON_POLICY, Cell, judge_level, mean_interval, verdict_cli
+
+ADVICE = (64.0, 2.0)  # the calculator's advice at T = 300, mu 2.95; also the rule's cell
+HEADLINE = 0.6  # LT3
+SEEDS = 5  # registered
+
+
+def half_aucs(run, budget_s: float) -> tuple[float, float]:
+    """Mean eval accuracy of ``run`` over its seconds in [0, budget_s / 2] and in
+    [budget_s / 2, budget_s] (``budget_s`` > 0 s; the curve holds its last value past its end)."""
+    secs, acc = seconds_at_evals(run), np.asarray(run.eval["eval_accuracy"], float)
+    first, whole = (mean_over_budget(secs, acc, b) for b in (budget_s / 2, budget_s))
+    return first, 2 * whole - first
+
+
+def halves(runs: dict, seeds: list, budget_s: float) -> dict:
+    """Per buffer cell of ``runs`` ({cell: {seed: run}}): its early and late AUC over seconds
+    minus on-policy's, and the late-minus-early gap, over ``seeds``."""
+    def of(cell):
+        return np.array([half_aucs(runs[cell][s], budget_s) for s in seeds])
+    on = of(ON_POLICY)
+    out = {}
+    for cell in runs:
+        if cell == ON_POLICY:
+            continue
+        diff = of(cell) - on
+        out[cell.label] = {"early_minus_on_policy": mean_interval(diff[:, 0]),
+                           "late_minus_on_policy": mean_interval(diff[:, 1]),
+                           "late_minus_early": mean_interval(diff[:, 1] - diff[:, 0])}
+    return out
+
+
+def claims(level: dict) -> dict:
+    """LT1-LT3 of the registration from one level's verdict."""
+    cells = level["cells"]
+    advice = next((k for k, c in cells.items()
+                   if (c["x"], c["y"]) == ADVICE and not c["adaptive"]), None)
+    out: dict = {}
+    if advice:
+        out["LT1"] = level["halves"][advice]["late_minus_early"][0] > 0
+        out["LT2"] = cells[advice]["reached"] == len(level["seeds"]) and \
+            cells[advice]["ratio"][0] < 1
+    out["LT3"] = cells[level["best_buffer"]]["ratio"][0] <= HEADLINE
+    return out
+
+
+def judge(curves: str) -> dict:
+    """The verdict of the compacted runs ``curves`` (module docstring)."""
+    by_level: dict = {}
+    for r in load_runs(curves):
+        by_level.setdefault(int(r.settings.get(LEVEL) or 0), {}).setdefault(
+            Cell.of(r.settings), {})[int(r.settings["run.seed"])] = r
+    if len(by_level) != 1:
+        raise ValueError(f"curves: seconds_late has one level of {LEVEL}, got "
+                         f"{sorted(by_level)}")
+    (name, runs), = by_level.items()
+    level = judge_level(runs)
+    if not level:
+        return {"levels": {}, "claims": {}, "complete": False}
+    level["halves"] = halves(runs, level["seeds"], level["budget_seconds"])
+    return {"levels": {str(name): level}, "claims": claims(level),
+            "complete": len(level["seeds"]) >= SEEDS}
+
+
+def main(argv=None) -> int:
+    return verdict_cli(judge, __doc__, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
