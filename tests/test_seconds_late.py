@@ -76,3 +76,17 @@ def test_the_table_shows_the_halves_and_the_claims(tmp_path):
            "+0.075 [+0.075, +0.075] |" in text
     assert "* LT1 (" in text and "holds" in text and "INTERIM" not in text
     assert {p.suffix for p in paths} >= {".md", ".png"}
+
+
+def test_where_the_runs_end_by_hand(tmp_path):
+    """As the first test: the buffer's run takes 250 s of on-policy's 400 (0.625); its final
+    accuracy (0.4 + 0.7) / 2 = 0.55 is 0.05 below on-policy's 0.6, and 0.0 above on-policy's
+    0.55 at 250 s."""
+    runs = []
+    for seed in (0, 1):
+        runs += [_run(4, ON, seed, 3.0, [0.3, 0.5, 0.7]),
+                 _run(4, ADVICE, seed, 3.0, [0.3, 0.4, 0.7])]
+    e = lt.judge(_write(tmp_path, runs))["levels"]["4"]["ends"]["x=64, y=2"]
+    assert e["seconds_over_on_policy"] == pytest.approx((0.625,) * 3)
+    assert e["final_minus_on_policy_final"] == pytest.approx((-0.05,) * 3)
+    assert e["final_minus_on_policy_same_seconds"] == pytest.approx((0.0,) * 3, abs=1e-12)

@@ -8,7 +8,8 @@ DIR]`` reads ``results/GRID/curves.jsonl.gz`` and ``verdict.json`` (``python -m
 llm_experiments.study.verdicts.GRID``) and writes ``GRID.md`` (per level and cell: the ratio
 of seconds to on-policy's final accuracy, its mean, each seed's, the seeds reaching it and the
 median; AUC over seconds, its paired difference from on-policy's, AUC over compute, measured
-mu; where the verdict has them, the early and late halves of the seconds budget; the claims)
+mu; where the verdict has them, the early and late halves of the seconds budget and where the
+buffer runs end against on-policy; the claims)
 and ``GRID.png`` / ``.pdf`` (per level, each cell's mean eval accuracy over its seeds against
 the median of their seconds at each evaluation; the dashed line is on-policy's final
 accuracy, the seeds' mean target; a dotted line marks half the budget where halves are
@@ -58,6 +59,20 @@ def _halves(level: dict) -> list[str]:
     lines += [f"| {label} | {_cell(h['early_minus_on_policy'], '+.3f')} | "
               f"{_cell(h['late_minus_on_policy'], '+.3f')} | "
               f"{_cell(h['late_minus_early'], '+.3f')} |" for label, h in level["halves"].items()]
+    return lines + [""] + _ends(level)
+
+
+def _ends(level: dict) -> list[str]:
+    """Where each buffer run ended, against on-policy (reported beside the claims)."""
+    if "ends" not in level:
+        return []
+    lines = ["Where the runs end (not registered), paired by seed [95%]:", "",
+             "| cell | run seconds / on-policy's | final accuracy minus on-policy's final | "
+             "minus on-policy's at the same seconds |", "|---|---|---|---|"]
+    lines += [f"| {label} | {_cell(e['seconds_over_on_policy'])} | "
+              f"{_cell(e['final_minus_on_policy_final'], '+.3f')} | "
+              f"{_cell(e['final_minus_on_policy_same_seconds'], '+.3f')} |"
+              for label, e in level["ends"].items()]
     return lines + [""]
 
 

@@ -9,6 +9,9 @@ ratio of seconds to on-policy's final accuracy, AUC over seconds in [0, B] and o
 compute, B the least median run seconds). Added per buffer cell: its AUC over seconds in
 [0, B/2] (early) and [B/2, B] (late) minus on-policy's, paired by seed, and the late-minus-early
 gap (late difference - early difference), each with its mean and 95% seed-bootstrap interval.
+Reported beside, not registered (``ends``): each buffer cell's run seconds over on-policy's, its
+final accuracy (the mean of its last ``TARGET_EVALS`` evaluations) minus on-policy's, and minus
+on-policy's accuracy at the cell's last second (on-policy's curve interpolated there).
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import numpy as np
 from replaytheory.stats.analysis import mean_over_budget
 
 from ..results import load_runs
-from ..seconds import seconds_at_evals
-from .seconds_long import LEVEL, ON_POLICY, Cell, judge_level, mean_interval, verdict_cli
+from ..seconds import RunCosts, seconds_at_evals
+from .seconds_long import (LEVEL, ON_POLICY, TARGET_EVALS, Cell, judge_level, mean_interval,
+                           verdict_cli)
 
 ADVICE = (64.0, 2.0)  # the calculator's advice at T = 300, mu 2.95; also the rule's cell
 HEADLINE = 0.6  # LT3
@@ -51,6 +55,32 @@ def halves(runs: dict, seeds: list, budget_s: float) -> dict:
     return out
 
 
+def ends(runs: dict, seeds: list) -> dict:
+    """Per buffer cell of ``runs`` ({cell: {seed: run}}), paired by seed over ``seeds``: its
+    run seconds over on-policy's, and its final accuracy minus on-policy's final accuracy and
+    minus on-policy's accuracy at the same seconds (the cell's last)."""
+    def final(run):
+        return float(np.mean(run.eval["eval_accuracy"][-TARGET_EVALS:]))
+
+    def seconds(run):
+        return RunCosts.of(run).total(run)
+    on = runs[ON_POLICY]
+    out = {}
+    for cell, by in runs.items():
+        if cell == ON_POLICY:
+            continue
+        fin = np.array([final(by[s]) for s in seeds])
+        on_then = np.array([np.interp(seconds(by[s]), seconds_at_evals(on[s]),
+                                      on[s].eval["eval_accuracy"]) for s in seeds])
+        out[cell.label] = {
+            "seconds_over_on_policy": mean_interval(
+                np.array([seconds(by[s]) / seconds(on[s]) for s in seeds])),
+            "final_minus_on_policy_final": mean_interval(
+                fin - np.array([final(on[s]) for s in seeds])),
+            "final_minus_on_policy_same_seconds": mean_interval(fin - on_then)}
+    return out
+
+
 def claims(level: dict) -> dict:
     """LT1-LT3 of the registration from one level's verdict."""
     cells = level["cells"]
@@ -79,6 +109,7 @@ def judge(curves: str) -> dict:
     if not level:
         return {"levels": {}, "claims": {}, "complete": False}
     level["halves"] = halves(runs, level["seeds"], level["budget_seconds"])
+    level["ends"] = ends(runs, level["seeds"])
     return {"levels": {str(name): level}, "claims": claims(level),
             "complete": len(level["seeds"]) >= SEEDS}
 
