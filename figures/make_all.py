@@ -153,7 +153,8 @@ FAMILIES = {"theory": _theory, "simulation": _sim, "paired": _paired, "diagnosis
             "align_variants": _align_variants, "align_moments": _align_moments,
             "align_buffer": _align_buffer, "unclipped": _unclipped, "losses": _losses,
             "advice": _advice, "time_breakdown": _time_breakdown,
-            "seconds_long": _seconds("seconds_long"), "seconds_late": _seconds("seconds_late")}
+            "seconds_long": _seconds("seconds_long"), "seconds_late": _seconds("seconds_late"),
+            "seconds_equal": _seconds("seconds_equal")}
 
 
 def main(argv=None) -> int:

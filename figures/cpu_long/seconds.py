@@ -1,15 +1,17 @@
 """The saving in seconds on cpu_long (issue 37 part 3): accuracy against each run's own
-measured seconds, per mu level, beside the verdict. Two grids: ``seconds_long``
-(``experiments/seconds_long.yaml``, SL1-SL4: 150 updates at two levels) and ``seconds_late``
-(``experiments/seconds_late.yaml``, LT1-LT3: 300 updates at one).
+measured seconds, per mu level, beside the verdict. Three grids: ``seconds_long``
+(``experiments/seconds_long.yaml``, SL1-SL4: 150 updates at two levels), ``seconds_late``
+(``experiments/seconds_late.yaml``, LT1-LT3: 300 updates at one) and ``seconds_equal``
+(``experiments/seconds_equal.yaml``, EQ1-EQ2: the buffer as long in seconds as on-policy).
 
-``python -m figures.cpu_long.seconds [--grid seconds_long|seconds_late] [--results DIR] [--out
-DIR]`` reads ``results/GRID/curves.jsonl.gz`` and ``verdict.json`` (``python -m
+``python -m figures.cpu_long.seconds [--grid seconds_long|seconds_late|seconds_equal] [--results
+DIR] [--out DIR]`` reads ``results/GRID/curves.jsonl.gz`` and ``verdict.json`` (``python -m
 llm_experiments.study.verdicts.GRID``) and writes ``GRID.md`` (per level and cell: the ratio
 of seconds to on-policy's final accuracy, its mean, each seed's, the seeds reaching it and the
 median; AUC over seconds, its paired difference from on-policy's, AUC over compute, measured
 mu; where the verdict has them, the early and late halves of the seconds budget and where the
-buffer runs end against on-policy; the claims)
+buffer runs end against on-policy, and each cell's median seconds per update and per rollout;
+the claims)
 and ``GRID.png`` / ``.pdf`` (per level, each cell's mean eval accuracy over its seeds against
 the median of their seconds at each evaluation; the dashed line is on-policy's final
 accuracy, the seeds' mean target; a dotted line marks half the budget where halves are
@@ -32,7 +34,9 @@ RESULTS = Path(__file__).resolve().parents[2] / "results"
 TITLES = {"seconds_long": "The saving in seconds on cpu_long (issue 37 part 3, "
                           "experiments/seconds_long.yaml)",
           "seconds_late": "Does on-policy lead only early? cpu_long at 300 updates in seconds "
-                          "(experiments/seconds_late.yaml)"}
+                          "(experiments/seconds_late.yaml)",
+          "seconds_equal": "Seconds to on-policy's final accuracy, the buffer as long in seconds "
+                           "as on-policy (experiments/seconds_equal.yaml)"}
 WORDS = {"SL1": "at level 16 the best buffer cell reaches on-policy's final accuracy in <= 0.6x "
                 "its seconds",
          "SL2": "the saving grows with mu", "SL3": "the best cell's replay ratio grows with mu",
@@ -41,7 +45,10 @@ WORDS = {"SL1": "at level 16 the best buffer cell reaches on-policy's final accu
                 "(predicted: holds)",
          "LT2": "x = 64, y = 2 reaches on-policy's final accuracy on every seed, mean ratio < 1 "
                 "(predicted: holds, near 0.63)",
-         "LT3": "the best buffer cell's mean ratio is <= 0.6 (predicted: fails)"}
+         "LT3": "the best buffer cell's mean ratio is <= 0.6 (predicted: fails)",
+         "EQ1": "x = 64, y = 2 reaches on-policy's final accuracy on every seed, its mean "
+                "ratio's interval below 1 (predicted: holds, ~0.75)",
+         "EQ2": "x = 64, y = 2's mean ratio is <= 0.6 (predicted: fails)"}
 
 
 def _cell(v, fmt: str = ".2f") -> str:
@@ -59,7 +66,7 @@ def _halves(level: dict) -> list[str]:
     lines += [f"| {label} | {_cell(h['early_minus_on_policy'], '+.3f')} | "
               f"{_cell(h['late_minus_on_policy'], '+.3f')} | "
               f"{_cell(h['late_minus_early'], '+.3f')} |" for label, h in level["halves"].items()]
-    return lines + [""] + _ends(level)
+    return lines + [""]
 
 
 def _ends(level: dict) -> list[str]:
@@ -73,6 +80,17 @@ def _ends(level: dict) -> list[str]:
               f"{_cell(e['final_minus_on_policy_final'], '+.3f')} | "
               f"{_cell(e['final_minus_on_policy_same_seconds'], '+.3f')} |"
               for label, e in level["ends"].items()]
+    return lines + [""]
+
+
+def _costs(level: dict) -> list[str]:
+    """Each cell's median seconds per update and per rollout, where the verdict has them."""
+    if "costs" not in level:
+        return []
+    lines = ["Median seconds per update and per generated rollout (each run's own clocks):", "",
+             "| cell | s / update | s / rollout |", "|---|---|---|"]
+    lines += [f"| {label} | {c['update']:.3f} | {c['rollout']:.4f} |"
+              for label, c in level["costs"].items()]
     return lines + [""]
 
 
@@ -96,7 +114,7 @@ def table(verdict: dict, grid: str = "seconds_long") -> str:
                          f"{c['auc_compute']:.3f} | {c['mu_measured']:.2f} |")
         lines += ["", f"Best buffer cell by that ratio (ties by the median): {v['best_buffer']}; "
                       f"best cell by AUC over seconds: {v['best_auc_seconds']}.", ""]
-        lines += _halves(v)
+        lines += _halves(v) + _ends(v) + _costs(v)
     lines += [f"* {k} ({w}): {'holds' if verdict['claims'][k] else 'fails'}"
               for k, w in WORDS.items() if k in verdict["claims"]]
     return "\n".join(lines) + "\n"

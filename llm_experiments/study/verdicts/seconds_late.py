@@ -1,5 +1,5 @@
 """The verdict of ``experiments/seconds_late.yaml`` (LT1-LT3): does on-policy lead only early?
-cpu_long at 300 updates, 4 sequences decoded at once, judged in seconds.
+cpu_long at 300 updates, 4 sequences decoded at once, judged in seconds (theory.md 3.8).
 
 ``python -m llm_experiments.study.verdicts.seconds_late --curves
 results/seconds_late/curves.jsonl.gz --out results/seconds_late/verdict.json``
