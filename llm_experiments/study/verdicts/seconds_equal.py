@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ..results import load_runs
 from ..seconds import CellMedians
 from .seconds_late import ADVICE, HEADLINE, ends
-from .seconds_long import LEVEL, Cell, judge_level, verdict_cli
+from .seconds_long import LEVEL, judge_level, runs_by_level, verdict_cli
 
 SEEDS = 5  # registered
 
@@ -36,12 +35,10 @@ def claims(level: dict) -> dict:
 
 def judge(curves: str) -> dict:
     """The verdict of the compacted runs ``curves`` (module docstring)."""
-    runs: dict = {}
-    for r in load_runs(curves):
-        if int(r.settings.get(LEVEL) or 0) != 4:
-            raise ValueError(f"curves: seconds_equal runs at {LEVEL}=4, got run {r.run_id} "
-                             f"at {r.settings.get(LEVEL)}")
-        runs.setdefault(Cell.of(r.settings), {})[int(r.settings["run.seed"])] = r
+    by_level = runs_by_level(curves)
+    if set(by_level) != {4}:
+        raise ValueError(f"curves: seconds_equal runs at {LEVEL}=4, got {sorted(by_level)}")
+    runs = by_level[4]
     level = judge_level(runs)
     if not level:
         return {"levels": {}, "claims": {}, "complete": False}

@@ -20,10 +20,9 @@ import numpy as np
 
 from replaytheory.stats.analysis import mean_over_budget
 
-from ..results import load_runs
 from ..seconds import RunCosts, seconds_at_evals
-from .seconds_long import (LEVEL, ON_POLICY, TARGET_EVALS, Cell, judge_level, mean_interval,
-                           verdict_cli)
+from .seconds_long import (LEVEL, ON_POLICY, TARGET_EVALS, judge_level, mean_interval,
+                           runs_by_level, verdict_cli)
 
 ADVICE = (64.0, 2.0)  # the calculator's advice at T = 300, mu 2.95; also the rule's cell
 HEADLINE = 0.6  # LT3
@@ -97,10 +96,7 @@ def claims(level: dict) -> dict:
 
 def judge(curves: str) -> dict:
     """The verdict of the compacted runs ``curves`` (module docstring)."""
-    by_level: dict = {}
-    for r in load_runs(curves):
-        by_level.setdefault(int(r.settings.get(LEVEL) or 0), {}).setdefault(
-            Cell.of(r.settings), {})[int(r.settings["run.seed"])] = r
+    by_level = runs_by_level(curves)
     if len(by_level) != 1:
         raise ValueError(f"curves: seconds_late has one level of {LEVEL}, got "
                          f"{sorted(by_level)}")

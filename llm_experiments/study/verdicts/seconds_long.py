@@ -151,13 +151,18 @@ def claims(levels: dict) -> dict:
     return out
 
 
-def judge(curves: str) -> dict:
-    """The verdict of the compacted runs ``curves`` (module docstring)."""
+def runs_by_level(curves: str) -> dict:
+    """The compacted runs ``curves`` as {level: {cell: {seed: run}}}, ``LEVEL`` the level."""
     by_level: dict = {}
     for r in load_runs(curves):
-        level = int(r.settings.get(LEVEL) or 0)
-        by_level.setdefault(level, {}).setdefault(Cell.of(r.settings), {})[
-            int(r.settings["run.seed"])] = r
+        by_level.setdefault(int(r.settings.get(LEVEL) or 0), {}).setdefault(
+            Cell.of(r.settings), {})[int(r.settings["run.seed"])] = r
+    return by_level
+
+
+def judge(curves: str) -> dict:
+    """The verdict of the compacted runs ``curves`` (module docstring)."""
+    by_level = runs_by_level(curves)
     levels = {level: v for level, runs in sorted(by_level.items()) if (v := judge_level(runs))}
     complete = all(len(levels.get(k, {}).get("seeds", ())) >= SEEDS for k in (HIGH, NATURAL))
     return {"levels": {str(k): v for k, v in levels.items()}, "claims": claims(levels),
